@@ -1,0 +1,112 @@
+//! The running agent: wires kvstore, node registration, cluster mesh and the API.
+
+use crate::api::{self, StatusReport};
+use crate::clustermesh::{self, ClusterMesh, NoObserver, SyncCallbacks};
+use crate::kvstore::{self, Endpoints};
+use crate::node::{run_registration, Registration};
+use std::future::Future;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything the agent needs, parsed once at the edge.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The cluster mesh's configuration (own name and ID, remote etcd limits).
+    pub mesh: clustermesh::Config,
+    /// This cluster's etcd, where the node record is published (kvstore mode).
+    pub kvstore_endpoints: Vec<String>,
+    /// The clustermesh config directory, one file per remote cluster.
+    pub clustermesh_config: Option<PathBuf>,
+    /// Where the API socket lives.
+    pub state_dir: PathBuf,
+    /// How long start-up waits for remote ipcache entries and identities.
+    pub ip_identities_sync_timeout: Duration,
+    /// This node's name.
+    pub node_name: String,
+    /// This node's addresses.
+    pub node_ips: Vec<IpAddr>,
+}
+
+/// What stops the agent from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The state directory cannot be created.
+    #[error("cannot create state directory {path}")]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The API could not start.
+    #[error(transparent)]
+    Api(#[from] api::Error),
+    /// The local etcd client could not be built.
+    #[error(transparent)]
+    Kvstore(#[from] kvstore::Error),
+}
+
+/// Runs the agent until `shutdown` completes, then stops the mesh without draining.
+///
+/// # Errors
+/// [`Error`] when start-up fails; once running, problems are reported, not fatal.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+    std::fs::create_dir_all(&config.state_dir).map_err(|source| Error::StateDir {
+        path: config.state_dir.clone(),
+        source,
+    })?;
+    let callbacks = SyncCallbacks::default();
+    let mesh = ClusterMesh::new(config.mesh.clone(), Arc::new(NoObserver), callbacks);
+    let mut tasks = tokio::task::JoinSet::new();
+
+    let own = config.mesh.cluster_name.clone();
+    let status_mesh = mesh.clone();
+    tasks.spawn(api::serve(&config.state_dir, move || StatusReport {
+        cluster: own.clone(),
+        clusters: status_mesh.status(),
+    })?);
+
+    if !config.kvstore_endpoints.is_empty() {
+        let endpoints = Endpoints {
+            urls: config.kvstore_endpoints.clone(),
+            ..Endpoints::default()
+        };
+        let client = kvstore::Client::connect(&endpoints, &config.mesh.kvstore).await?;
+        tasks.spawn(run_registration(
+            client,
+            Registration {
+                cluster_name: config.mesh.cluster_name.clone(),
+                cluster_id: config.mesh.cluster_id,
+                node_name: config.node_name.clone(),
+                node_ips: config.node_ips.clone(),
+                lease_ttl: Duration::from_secs(15),
+            },
+        ));
+    }
+    if let Some(dir) = config.clustermesh_config.clone() {
+        let m = mesh.clone();
+        tasks.spawn(async move { m.run_config_dir(dir).await });
+        let m = mesh.clone();
+        let timeout = config.ip_identities_sync_timeout;
+        tasks.spawn(async move {
+            // Give the directory's first scan a moment to add the clusters present at
+            // start, then wait as endpoint regeneration will.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let deadline = tokio::time::Instant::now() + timeout;
+            match m.ip_identities_synced(deadline).await {
+                Ok(r) => tracing::info!(synced = ?r.synced, disconnected = ?r.disconnected, "remote ipcache and identities synced"),
+                Err(e) => tracing::warn!(error = %e, "proceeding without full remote state"),
+            }
+        });
+    }
+    tracing::info!(cluster = %config.mesh.cluster_name, node = %config.node_name, "weftd running");
+    shutdown.await;
+    tracing::info!("stopping: connections closed, no state drained");
+    mesh.stop().await;
+    tasks.shutdown().await;
+    let _ = std::fs::remove_file(api::socket_path(&config.state_dir));
+    Ok(())
+}

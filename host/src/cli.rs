@@ -1,0 +1,212 @@
+//! The `weftd` command line: every flag also read from the environment.
+
+use crate::{agent, api, clustermesh, kvstore};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// weft node agent.
+#[derive(Debug, Parser)]
+#[command(name = "weftd", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "WEFT_LOG_FORMAT", global = true)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent.
+    Run(RunArgs),
+    /// Show the running agent's view of the cluster mesh.
+    Status(StatusArgs),
+    /// Write this cluster's config to its etcd.
+    ClusterConfig(ClusterConfigArgs),
+}
+
+/// `weftd run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// This cluster's name.
+    #[arg(long, env = "WEFT_CLUSTER_NAME", default_value = "default")]
+    pub cluster_name: String,
+    /// This cluster's ID (0 when not in a mesh).
+    #[arg(long, env = "WEFT_CLUSTER_ID", default_value_t = 0)]
+    pub cluster_id: u32,
+    /// This cluster's etcd endpoints, comma-separated (kvstore mode).
+    #[arg(long, env = "WEFT_KVSTORE_ENDPOINTS", value_delimiter = ',')]
+    pub kvstore_endpoints: Vec<String>,
+    /// Directory with one etcd client config file per remote cluster.
+    #[arg(long, env = "WEFT_CLUSTERMESH_CONFIG")]
+    pub clustermesh_config: Option<PathBuf>,
+    /// State directory (API socket).
+    #[arg(long, env = "WEFT_STATE_DIR", default_value = "/var/run/weft")]
+    pub state_dir: PathBuf,
+    /// How long endpoint regeneration waits for remote ipcache and identities.
+    #[arg(long, env = "WEFT_CLUSTERMESH_IP_IDENTITIES_SYNC_TIMEOUT", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub clustermesh_ip_identities_sync_timeout: Duration,
+    /// The largest valid cluster ID.
+    #[arg(long, env = "WEFT_MAX_CONNECTED_CLUSTERS", default_value_t = 255)]
+    pub max_connected_clusters: u32,
+    /// This node's name (default: the host name).
+    #[arg(long, env = "WEFT_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// This node's addresses, comma-separated.
+    #[arg(long, env = "WEFT_NODE_IP", value_delimiter = ',')]
+    pub node_ip: Vec<IpAddr>,
+    /// etcd limits of remote clusters.
+    #[command(flatten)]
+    pub kvstore: KvstoreArgs,
+}
+
+/// Remote etcd client limits.
+#[derive(Debug, Args)]
+pub struct KvstoreArgs {
+    /// Keys per list page (0 = no paging).
+    #[arg(long, env = "WEFT_KVSTORE_PAGE_SIZE", default_value_t = 256)]
+    pub kvstore_page_size: u32,
+    /// Requests in flight per etcd (0 = no limit).
+    #[arg(long, env = "WEFT_KVSTORE_MAX_IN_FLIGHT", default_value_t = 20)]
+    pub kvstore_max_in_flight: usize,
+    /// Requests per second per etcd (0 = no limit).
+    #[arg(long, env = "WEFT_KVSTORE_QPS", default_value_t = 20.0)]
+    pub kvstore_qps: f64,
+}
+
+/// `weftd status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// State directory of the running agent.
+    #[arg(long, env = "WEFT_STATE_DIR", default_value = "/var/run/weft")]
+    pub state_dir: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// Output formats of `weftd status`.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Output {
+    /// A table.
+    Text,
+    /// The stable JSON contract.
+    Json,
+}
+
+/// `weftd cluster-config`.
+#[derive(Debug, Args)]
+pub struct ClusterConfigArgs {
+    /// The cluster's name.
+    #[arg(long, env = "WEFT_CLUSTER_NAME")]
+    pub cluster_name: String,
+    /// The cluster's ID (1–255).
+    #[arg(long, env = "WEFT_CLUSTER_ID")]
+    pub cluster_id: u32,
+    /// The cluster's etcd endpoints, comma-separated.
+    #[arg(long, env = "WEFT_KVSTORE_ENDPOINTS", value_delimiter = ',', required = true)]
+    pub kvstore_endpoints: Vec<String>,
+    /// Announce that writers put sync canaries.
+    #[arg(long, env = "WEFT_SYNCED_CANARIES")]
+    pub synced_canaries: bool,
+}
+
+impl RunArgs {
+    /// The agent's configuration.
+    pub fn into_config(self) -> agent::Config {
+        let kvstore = kvstore::Config {
+            page_size: self.kvstore.kvstore_page_size,
+            max_in_flight: self.kvstore.kvstore_max_in_flight,
+            qps: self.kvstore.kvstore_qps,
+            ..kvstore::Config::default()
+        };
+        let node_name = self.node_name.unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "localhost".into())
+        });
+        agent::Config {
+            mesh: clustermesh::Config {
+                cluster_name: self.cluster_name,
+                cluster_id: self.cluster_id,
+                max_connected_clusters: self.max_connected_clusters,
+                kvstore,
+                ..clustermesh::Config::default()
+            },
+            kvstore_endpoints: self.kvstore_endpoints,
+            clustermesh_config: self.clustermesh_config,
+            state_dir: self.state_dir,
+            ip_identities_sync_timeout: self.clustermesh_ip_identities_sync_timeout,
+            node_name,
+            node_ips: self.node_ip,
+        }
+    }
+}
+
+/// Renders the status as the table `weftd status` prints.
+pub fn render_status(report: &api::StatusReport) -> String {
+    let mut out = format!("cluster: {}\n", report.cluster);
+    if report.clusters.is_empty() {
+        out.push_str("no remote clusters\n");
+        return out;
+    }
+    out.push_str(&format!(
+        "{:<16} {:>4} {:<9} {:<5} {:<12} {:<12} {:<12} {:<12} {:>9}  {}\n",
+        "REMOTE", "ID", "CONNECTED", "READY", "NODES", "IPCACHE", "IDENTITIES", "SERVICES", "MALFORMED", "LAST ERROR"
+    ));
+    for c in &report.clusters {
+        let cell = |synced: bool, n: usize| format!("{}({n})", if synced { "synced" } else { "pending" });
+        out.push_str(&format!(
+            "{:<16} {:>4} {:<9} {:<5} {:<12} {:<12} {:<12} {:<12} {:>9}  {}\n",
+            c.name,
+            c.id.map_or("-".into(), |i| i.to_string()),
+            if c.connected { "yes" } else { "no" },
+            if c.ready { "yes" } else { "no" },
+            cell(c.synced.nodes, c.counts.nodes),
+            cell(c.synced.ipcache, c.counts.ipcache),
+            cell(c.synced.identities, c.counts.identities),
+            cell(c.synced.services, c.counts.services),
+            c.malformed,
+            c.last_error.as_deref().unwrap_or("-"),
+        ));
+    }
+    out
+}
+
+/// Writes this cluster's config (and the "config required" marker) to its etcd.
+///
+/// # Errors
+/// [`kvstore::Error`] when etcd cannot be written.
+pub async fn write_cluster_config(args: &ClusterConfigArgs) -> Result<(), kvstore::Error> {
+    let endpoints = kvstore::Endpoints {
+        urls: args.kvstore_endpoints.clone(),
+        ..Default::default()
+    };
+    let client = kvstore::Client::connect(&endpoints, &kvstore::Config::default()).await?;
+    let config = crate::model::ClusterConfig {
+        id: args.cluster_id,
+        capabilities: crate::model::Capabilities {
+            synced_canaries: args.synced_canaries,
+            max_connected_clusters: 255,
+            ..Default::default()
+        },
+    };
+    let value = serde_json::to_vec(&config).expect("a cluster config serialises");
+    client
+        .put(&clustermesh::cluster_config_key(&args.cluster_name), value, 0)
+        .await?;
+    client.put(clustermesh::HAS_CLUSTER_CONFIG_KEY, "true", 0).await
+}

@@ -1,0 +1,154 @@
+//! The clustermesh config directory as a stream of added, changed and removed clusters.
+
+use super::config_file::{parse_config_file, ConfigError};
+use crate::kvstore::Endpoints;
+use notify::Watcher as _;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// A change in the directory.
+#[derive(Debug)]
+pub enum DirEvent {
+    /// A cluster's file appeared or its contents changed.
+    Upsert {
+        /// The cluster's name (the file's name).
+        name: String,
+        /// Its parsed contents, or why they are not acceptable.
+        config: Result<Endpoints, ConfigError>,
+    },
+    /// A cluster's file went away.
+    Remove {
+        /// The cluster's name.
+        name: String,
+    },
+}
+
+/// How often the directory is rescanned even without a notification: inotify misses
+/// nothing in practice, but a directory created later, or replaced by a mount, is only
+/// seen by a scan.
+const RESCAN: Duration = Duration::from_secs(2);
+
+/// Watches `dir`: one [`DirEvent::Upsert`] per file at start, then one event per change.
+/// Hidden files (Kubernetes' `..data` links) are ignored; the stream stops when dropped.
+pub fn watch_dir(dir: PathBuf) -> ReceiverStream<DirEvent> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let (wake_tx, mut wake) = mpsc::unbounded_channel();
+        let mut watcher = None;
+        let mut known: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        loop {
+            if watcher.is_none() {
+                watcher = start_notify(&dir, wake_tx.clone());
+            }
+            for event in rescan(&dir, &mut known) {
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = wake.recv() => {}
+                _ = tokio::time::sleep(RESCAN) => {}
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+fn start_notify(dir: &Path, wake: mpsc::UnboundedSender<()>) -> Option<notify::RecommendedWatcher> {
+    let mut w = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
+        let _ = wake.send(());
+    })
+    .ok()?;
+    w.watch(dir, notify::RecursiveMode::NonRecursive).ok()?;
+    Some(w)
+}
+
+/// Reads every cluster file and reports what differs from `known`.
+fn rescan(dir: &Path, known: &mut BTreeMap<String, Vec<u8>>) -> Vec<DirEvent> {
+    let mut now = BTreeMap::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            // `is_file` follows symlinks, as Kubernetes' secret mounts need.
+            if name.starts_with('.') || !path.is_file() {
+                continue;
+            }
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    now.insert(name, bytes);
+                }
+                Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot read clustermesh config file"),
+            }
+        }
+    }
+    let mut events = Vec::new();
+    for name in known.keys().filter(|n| !now.contains_key(*n)) {
+        events.push(DirEvent::Remove { name: name.clone() });
+    }
+    for (name, bytes) in &now {
+        if known.get(name) != Some(bytes) {
+            let path = dir.join(name);
+            let config = parse_config_file(&path, &String::from_utf8_lossy(bytes));
+            events.push(DirEvent::Upsert {
+                name: name.clone(),
+                config,
+            });
+        }
+    }
+    *known = now;
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    async fn next(s: &mut ReceiverStream<DirEvent>) -> DirEvent {
+        tokio::time::timeout(Duration::from_secs(10), s.next())
+            .await
+            .expect("a directory event within 10 s")
+            .expect("stream open")
+    }
+
+    #[tokio::test]
+    async fn files_added_changed_removed_and_hidden_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c1"), "endpoints: [http://127.0.0.1:1]\n").unwrap();
+        std::fs::write(dir.path().join("..data"), "endpoints: [http://127.0.0.1:9]\n").unwrap();
+        let mut s = watch_dir(dir.path().to_owned());
+        match next(&mut s).await {
+            DirEvent::Upsert { name, config } => {
+                assert_eq!(name, "c1");
+                assert_eq!(config.unwrap().urls, ["http://127.0.0.1:1"]);
+            }
+            e => panic!("unexpected {e:?}"),
+        }
+        std::fs::write(dir.path().join("c1"), "endpoints: [http://127.0.0.1:2]\n").unwrap();
+        match next(&mut s).await {
+            DirEvent::Upsert { name, config } => {
+                assert_eq!(name, "c1");
+                assert_eq!(config.unwrap().urls, ["http://127.0.0.1:2"]);
+            }
+            e => panic!("unexpected {e:?}"),
+        }
+        std::fs::write(dir.path().join("c2"), "not: [valid\n").unwrap();
+        match next(&mut s).await {
+            DirEvent::Upsert { name, config } => {
+                assert_eq!(name, "c2");
+                assert!(config.is_err());
+            }
+            e => panic!("unexpected {e:?}"),
+        }
+        std::fs::remove_file(dir.path().join("c1")).unwrap();
+        match next(&mut s).await {
+            DirEvent::Remove { name } => assert_eq!(name, "c1"),
+            e => panic!("unexpected {e:?}"),
+        }
+    }
+}

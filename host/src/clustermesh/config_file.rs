@@ -1,0 +1,120 @@
+//! A remote cluster's file in the clustermesh config directory (etcd client format).
+
+use crate::kvstore::{Endpoints, TlsFiles};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Why a cluster's config file was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not the etcd client YAML format.
+    #[error("{path} is not a valid etcd client config")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The YAML error.
+        #[source]
+        source: serde_yaml::Error,
+    },
+    /// The file names no endpoint.
+    #[error("{path} lists no endpoints")]
+    NoEndpoints {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An endpoint is not an `http://` or `https://` URL.
+    #[error("{path}: endpoint {endpoint:?} is not an http:// or https:// URL")]
+    BadEndpoint {
+        /// The file.
+        path: PathBuf,
+        /// The endpoint at fault.
+        endpoint: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct File {
+    #[serde(default)]
+    endpoints: Vec<String>,
+    trusted_ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+}
+
+/// Parses the contents of `path`.
+///
+/// # Errors
+/// [`ConfigError`] naming `path` and what is wrong.
+///
+/// # Example
+/// ```
+/// let e = weft::clustermesh::parse_config_file(
+///     "/etc/weft/mesh/cluster2".as_ref(),
+///     "endpoints:\n- http://127.0.0.1:2379\n",
+/// ).unwrap();
+/// assert_eq!(e.urls, ["http://127.0.0.1:2379"]);
+/// ```
+pub fn parse_config_file(path: &Path, text: &str) -> Result<Endpoints, ConfigError> {
+    let file: File = serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
+        path: path.to_owned(),
+        source,
+    })?;
+    if file.endpoints.is_empty() {
+        return Err(ConfigError::NoEndpoints {
+            path: path.to_owned(),
+        });
+    }
+    if let Some(bad) = file
+        .endpoints
+        .iter()
+        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+    {
+        return Err(ConfigError::BadEndpoint {
+            path: path.to_owned(),
+            endpoint: bad.clone(),
+        });
+    }
+    Ok(Endpoints {
+        urls: file.endpoints,
+        tls: TlsFiles {
+            trusted_ca_file: file.trusted_ca_file,
+            cert_file: file.cert_file,
+            key_file: file.key_file,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_established_format_with_tls() {
+        let text = "endpoints:\n- https://c1.mesh:2379\ntrusted-ca-file: /ca.crt\n\
+                    key-file: /c.key\ncert-file: /c.crt\n";
+        let e = parse_config_file(Path::new("c1"), text).unwrap();
+        assert_eq!(e.tls.trusted_ca_file.as_deref(), Some(Path::new("/ca.crt")));
+        assert_eq!(e.tls.key_file.as_deref(), Some(Path::new("/c.key")));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_fault() {
+        let err = parse_config_file(Path::new("/d/c1"), "endpoints: []\n").unwrap_err();
+        assert!(matches!(err, ConfigError::NoEndpoints { .. }));
+        assert!(err.to_string().contains("/d/c1"));
+        let err = parse_config_file(Path::new("/d/c1"), "endpoints: [ftp://x]\n").unwrap_err();
+        assert!(err.to_string().contains("ftp://x"));
+        let err = parse_config_file(Path::new("/d/c1"), "endpoints: [\n").unwrap_err();
+        assert!(matches!(err, ConfigError::Parse { .. }));
+    }
+}

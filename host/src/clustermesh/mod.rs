@@ -1,0 +1,142 @@
+//! The cluster mesh: one [`RemoteCluster`](remote_cluster) per file in the config
+//! directory, each read from its etcd, each with four sync barriers.
+//!
+//! Data flows one way: etcd → [`crate::kvstore::list_watch`] → decode → the cluster's
+//! stores → the [`Observer`] (the state stage). Barriers are released from the same
+//! task that applies the events, after the last event of the initial list, so an
+//! observer has seen the whole list when anyone learns it is synced.
+
+mod barrier;
+mod cluster_ids;
+mod config_dir;
+mod config_file;
+mod connection;
+mod layout;
+mod mesh;
+mod remote_cluster;
+mod resource;
+mod status;
+mod wait;
+
+pub use barrier::{BarrierState, Outcome, Resource, SyncBarrier, Waiter};
+pub use config_dir::{watch_dir, DirEvent};
+pub use config_file::{parse_config_file, ConfigError};
+pub use layout::{cluster_config_key, Layout, HAS_CLUSTER_CONFIG_KEY};
+pub use mesh::ClusterMesh;
+pub use resource::Value;
+pub use status::{ClusterStatus, Counts, Synced};
+pub use wait::{PendingCluster, SyncReport, SyncTimeout};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The mesh's configuration, parsed once at the edge.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// This cluster's name: a remote cluster may not use it.
+    pub cluster_name: String,
+    /// This cluster's ID: a remote cluster may not use it.
+    pub cluster_id: u32,
+    /// The largest valid cluster ID (255; 511 in the extended mode).
+    pub max_connected_clusters: u32,
+    /// Limits of each remote cluster's etcd client.
+    pub kvstore: crate::kvstore::Config,
+    /// How long to wait for a required cluster config before refusing the cluster.
+    pub cluster_config_timeout: Duration,
+    /// Back-off between connection attempts of a refused or unreachable cluster.
+    pub retry: (Duration, Duration),
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            cluster_name: "default".into(),
+            cluster_id: 0,
+            max_connected_clusters: 255,
+            kvstore: crate::kvstore::Config::default(),
+            cluster_config_timeout: Duration::from_secs(180),
+            retry: (Duration::from_millis(500), Duration::from_secs(30)),
+        }
+    }
+}
+
+/// A change to a remote cluster's state, handed to the [`Observer`].
+#[derive(Debug, Clone, Copy)]
+pub enum ClusterEvent<'a> {
+    /// A value was added or changed.
+    Upsert {
+        /// The remote cluster.
+        cluster: &'a str,
+        /// The etcd key.
+        key: &'a str,
+        /// The new value.
+        value: &'a Value,
+    },
+    /// A value was deleted, vanished during a disconnect, or its cluster was removed.
+    Delete {
+        /// The remote cluster.
+        cluster: &'a str,
+        /// The etcd key.
+        key: &'a str,
+        /// The value it had.
+        old: &'a Value,
+    },
+}
+
+/// The next stage: receives every change, in order per resource. Called from the
+/// cluster's task, never under a mesh lock; it should not block.
+pub trait Observer: Send + Sync + 'static {
+    /// One change.
+    fn on_event(&self, event: ClusterEvent<'_>);
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn on_event(&self, _: ClusterEvent<'_>) {}
+}
+
+/// What a "synced" callback learns about the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// The cluster's name.
+    pub name: String,
+    /// Its ID, when it announced one.
+    pub id: Option<u32>,
+    /// How many values of each resource it holds now.
+    pub counts: Counts,
+}
+
+/// A callback run once per remote cluster when one resource's initial list is in.
+pub type SyncCallback = Arc<dyn Fn(Resource, &ClusterInfo) + Send + Sync>;
+
+/// Callbacks per resource, registered before the mesh starts.
+#[derive(Clone, Default)]
+pub struct SyncCallbacks {
+    by_resource: [Vec<SyncCallback>; 4],
+}
+
+impl SyncCallbacks {
+    /// Runs `f` once per remote cluster when `resource`'s initial list is in (e.g.
+    /// "identities synced"), never again on a reconnect.
+    #[must_use]
+    pub fn on(mut self, resource: Resource, f: impl Fn(Resource, &ClusterInfo) + Send + Sync + 'static) -> Self {
+        self.by_resource[resource.index()].push(Arc::new(f));
+        self
+    }
+
+    fn run(&self, resource: Resource, info: &ClusterInfo) {
+        for f in &self.by_resource[resource.index()] {
+            f(resource, info);
+        }
+    }
+}
+
+impl std::fmt::Debug for SyncCallbacks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let counts: Vec<usize> = self.by_resource.iter().map(Vec::len).collect();
+        f.debug_struct("SyncCallbacks").field("per_resource", &counts).finish()
+    }
+}

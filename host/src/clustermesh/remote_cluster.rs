@@ -1,0 +1,234 @@
+//! One remote cluster: its barriers, its stores and its status, shared between its
+//! connection task and the mesh.
+
+use super::barrier::SyncBarrier;
+use super::resource::{decode, Owner, Store, Value};
+use super::status::{ClusterStatus, Counts, Synced};
+use super::{BarrierState, ClusterEvent, ClusterInfo, Observer, Resource, SyncCallbacks};
+use crate::kvstore::{self, Event};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Which of a connection's streams an event or error came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum StreamKey {
+    /// The cluster's config key.
+    Config,
+    /// The cluster's sync canaries.
+    Canaries,
+    /// One resource.
+    Resource(Resource),
+}
+
+/// A remote cluster for as long as its file exists. Reconnects keep it (and so its
+/// barriers and callbacks-run-once guarantee); removing the file drops it.
+pub(crate) struct RemoteCluster {
+    pub name: Arc<str>,
+    barriers: [SyncBarrier; 4],
+    inner: Mutex<Inner>,
+    observer: Arc<dyn Observer>,
+    callbacks: SyncCallbacks,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// The ID the cluster was accepted with, when it announced one.
+    id: Option<u32>,
+    accepted: bool,
+    failing: HashSet<StreamKey>,
+    last_error: Option<String>,
+    malformed: u64,
+    stores: [Store; 4],
+}
+
+impl RemoteCluster {
+    pub fn new(name: &str, observer: Arc<dyn Observer>, callbacks: SyncCallbacks) -> Self {
+        Self {
+            name: name.into(),
+            barriers: Default::default(),
+            inner: Mutex::new(Inner::default()),
+            observer,
+            callbacks,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().expect("remote cluster lock poisoned")
+    }
+
+    pub fn barrier(&self, r: Resource) -> &SyncBarrier {
+        &self.barriers[r.index()]
+    }
+
+    pub fn accepted_id(&self) -> Option<u32> {
+        self.lock().id
+    }
+
+    /// The cluster was refused (bad config file, bad cluster config, ID clash): it is
+    /// not connected, and waiters are released as disconnected.
+    pub fn refuse(&self, reason: String) {
+        tracing::warn!(cluster = %self.name, %reason, "remote cluster refused");
+        let mut inner = self.lock();
+        inner.accepted = false;
+        inner.last_error = Some(reason);
+        drop(inner);
+        self.disconnect();
+    }
+
+    /// A transient problem (etcd unreachable, config not there yet): barriers stay
+    /// pending, because the state may still come.
+    pub fn note_error(&self, error: String) {
+        tracing::warn!(cluster = %self.name, %error, "remote cluster not connected");
+        let mut inner = self.lock();
+        inner.accepted = false;
+        inner.last_error = Some(error);
+    }
+
+    /// The cluster config was accepted: watching starts.
+    pub fn accept(&self, id: Option<u32>) {
+        let mut inner = self.lock();
+        inner.accepted = true;
+        inner.id = id.or(inner.id);
+        inner.failing.clear();
+        drop(inner);
+        for b in &self.barriers {
+            b.rearm();
+        }
+    }
+
+    /// Releases every waiter as disconnected (stop, removal, refusal).
+    pub fn disconnect(&self) {
+        self.lock().accepted = false;
+        for b in &self.barriers {
+            b.disconnect();
+        }
+    }
+
+    /// A new connection starts listing `r`: what it does not list again is drained.
+    pub fn begin_resync(&self, r: Resource) {
+        self.lock().stores[r.index()].begin_resync();
+    }
+
+    pub fn stream_error(&self, key: StreamKey, error: &kvstore::Error) {
+        tracing::warn!(cluster = %self.name, ?key, error = %error_chain(error), "remote cluster stream error");
+        let mut inner = self.lock();
+        inner.failing.insert(key);
+        inner.last_error = Some(error_chain(error));
+    }
+
+    pub fn stream_ok(&self, key: StreamKey) {
+        self.lock().failing.remove(&key);
+    }
+
+    /// Applies one event of resource `r` watched under `prefix`.
+    pub fn apply(&self, r: Resource, prefix: &str, event: Event) {
+        let cluster = &*self.name;
+        match event {
+            Event::Upsert { key, value, .. } => {
+                let mut inner = self.lock();
+                inner.failing.remove(&StreamKey::Resource(r));
+                let owner = Owner { name: cluster, id: inner.id };
+                match decode(r, owner, prefix, &key, &value) {
+                    Ok(v) => {
+                        let v = Arc::new(v);
+                        let changed = inner.stores[r.index()].upsert(&key, v.clone());
+                        drop(inner);
+                        if changed {
+                            self.observer.on_event(ClusterEvent::Upsert { cluster, key: &key, value: &v });
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(cluster, resource = %r, error = %e, "skipping malformed value");
+                        inner.malformed += 1;
+                        inner.last_error = Some(e.to_string());
+                        let store = &mut inner.stores[r.index()];
+                        store.seen(&key);
+                        // The key's current value is unknown: what it held before is
+                        // no longer true, so it goes.
+                        let old = store.remove(&key);
+                        drop(inner);
+                        if let Some(old) = old {
+                            self.observer.on_event(ClusterEvent::Delete { cluster, key: &key, old: &old });
+                        }
+                    }
+                }
+            }
+            Event::Delete { key } => {
+                let old = self.lock().stores[r.index()].remove(&key);
+                if let Some(old) = old {
+                    self.observer.on_event(ClusterEvent::Delete { cluster, key: &key, old: &old });
+                }
+            }
+            Event::Watching { .. } => self.stream_ok(StreamKey::Resource(r)),
+            Event::InitDone { .. } => {
+                let stale = self.lock().stores[r.index()].finish_resync();
+                self.emit_deletes(&stale);
+                if self.barriers[r.index()].release() {
+                    tracing::info!(cluster, resource = %r, "initial list in: barrier released");
+                    self.callbacks.run(r, &self.info());
+                }
+            }
+        }
+    }
+
+    fn emit_deletes(&self, gone: &[(String, Arc<Value>)]) {
+        for (key, old) in gone {
+            self.observer.on_event(ClusterEvent::Delete { cluster: &self.name, key, old });
+        }
+    }
+
+    /// Removes all state, telling the observer about every key. Only for removal:
+    /// stopping the agent drains nothing.
+    pub fn drain(&self) {
+        let mut gone = Vec::new();
+        {
+            let mut inner = self.lock();
+            for store in &mut inner.stores {
+                gone.extend(store.drain());
+            }
+        }
+        self.emit_deletes(&gone);
+    }
+
+    fn counts(inner: &Inner) -> Counts {
+        Counts::from_array(std::array::from_fn(|i| inner.stores[i].len()))
+    }
+
+    pub fn info(&self) -> ClusterInfo {
+        let inner = self.lock();
+        ClusterInfo {
+            name: self.name.to_string(),
+            id: inner.id,
+            counts: Self::counts(&inner),
+        }
+    }
+
+    pub fn status(&self) -> ClusterStatus {
+        let synced = Synced::from_array(std::array::from_fn(|i| {
+            self.barriers[i].state() == BarrierState::Synced
+        }));
+        let inner = self.lock();
+        ClusterStatus {
+            name: self.name.to_string(),
+            id: inner.id,
+            connected: inner.accepted && inner.failing.is_empty(),
+            ready: synced.all(),
+            synced,
+            counts: Self::counts(&inner),
+            malformed: inner.malformed,
+            last_error: inner.last_error.clone(),
+        }
+    }
+}
+
+/// An error with its sources, one line.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}

@@ -1,0 +1,79 @@
+//! What an operator sees of each remote cluster (the `weftd status` contract).
+
+use serde::{Deserialize, Serialize};
+
+/// One remote cluster's status; its JSON form is a stable contract.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The cluster's name.
+    pub name: String,
+    /// Its ID, once its cluster config was accepted.
+    pub id: Option<u32>,
+    /// Whether its etcd is reachable and every watch healthy.
+    pub connected: bool,
+    /// Whether all four barriers are released as synced.
+    pub ready: bool,
+    /// Per resource: is the initial list in?
+    pub synced: Synced,
+    /// Per resource: how many values are held.
+    pub counts: Counts,
+    /// How many malformed values were skipped.
+    pub malformed: u64,
+    /// The last error, or the reason the cluster is refused.
+    pub last_error: Option<String>,
+}
+
+/// Per-resource sync state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Synced {
+    /// Nodes' initial list is in.
+    pub nodes: bool,
+    /// The ipcache's initial list is in.
+    pub ipcache: bool,
+    /// Identities' initial list is in.
+    pub identities: bool,
+    /// Services' initial list is in.
+    pub services: bool,
+}
+
+/// Per-resource counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Counts {
+    /// Nodes held.
+    pub nodes: usize,
+    /// ipcache entries held.
+    pub ipcache: usize,
+    /// Identities held.
+    pub identities: usize,
+    /// Services held.
+    pub services: usize,
+}
+
+impl Counts {
+    /// Builds counts from per-resource values in [`super::Resource::ALL`] order.
+    pub fn from_array(c: [usize; 4]) -> Self {
+        Self {
+            nodes: c[0],
+            ipcache: c[1],
+            identities: c[2],
+            services: c[3],
+        }
+    }
+}
+
+impl Synced {
+    /// Builds the flags from per-resource values in [`super::Resource::ALL`] order.
+    pub fn from_array(s: [bool; 4]) -> Self {
+        Self {
+            nodes: s[0],
+            ipcache: s[1],
+            identities: s[2],
+            services: s[3],
+        }
+    }
+
+    /// All four are in.
+    pub fn all(&self) -> bool {
+        self.nodes && self.ipcache && self.identities && self.services
+    }
+}

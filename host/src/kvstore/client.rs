@@ -1,0 +1,227 @@
+//! An etcd client with request limits and timeouts.
+
+use super::{Config, Error, Limits};
+use etcd_client::{
+    Certificate, ConnectOptions, GetOptions, GetResponse, Identity, PutOptions, TlsOptions,
+    WatchOptions, WatchStream,
+};
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where an etcd is and how to trust it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Endpoints {
+    /// `http://host:port` or `https://host:port` URLs.
+    pub urls: Vec<String>,
+    /// TLS material, when the endpoints use `https`.
+    pub tls: TlsFiles,
+}
+
+/// TLS files of an etcd client configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsFiles {
+    /// The CA that signed the server's certificate.
+    pub trusted_ca_file: Option<PathBuf>,
+    /// The client certificate.
+    pub cert_file: Option<PathBuf>,
+    /// The client certificate's key.
+    pub key_file: Option<PathBuf>,
+}
+
+/// A cheap-to-clone etcd client whose requests share one set of [`Limits`].
+#[derive(Clone)]
+pub struct Client {
+    inner: etcd_client::Client,
+    limits: Limits,
+    config: Config,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("config", &self.config).finish()
+    }
+}
+
+impl Client {
+    /// Connects lazily to `endpoints`: the connection is made, and remade after a
+    /// failure, by the first request that needs it.
+    ///
+    /// # Errors
+    /// [`Error::NoEndpoints`], [`Error::TlsFile`], or [`Error::Request`] for a bad URL.
+    pub async fn connect(endpoints: &Endpoints, config: &Config) -> Result<Self, Error> {
+        if endpoints.urls.is_empty() {
+            return Err(Error::NoEndpoints);
+        }
+        let mut options = ConnectOptions::new()
+            .with_keep_alive(config.keep_alive.0, config.keep_alive.1)
+            .with_keep_alive_while_idle(true)
+            .with_connect_timeout(Duration::from_secs(5));
+        if let Some(tls) = tls_options(&endpoints.tls)? {
+            options = options.with_tls(tls);
+        }
+        let inner = etcd_client::Client::connect(&endpoints.urls, Some(options))
+            .await
+            .map_err(|source| Error::Request {
+                op: "connect",
+                key: endpoints.urls.join(","),
+                source,
+            })?;
+        Ok(Self {
+            inner,
+            limits: Limits::new(config.max_in_flight, config.qps),
+            config: config.clone(),
+        })
+    }
+
+    /// This client's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Runs one limited, timed request.
+    async fn call<T, F, Fut>(&self, op: &'static str, key: &str, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(etcd_client::Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let _permit = self.limits.acquire().await;
+        let timeout = self.config.request_timeout;
+        match tokio::time::timeout(timeout, f(self.inner.clone())).await {
+            Ok(r) => r.map_err(|source| Error::Request {
+                op,
+                key: key.to_owned(),
+                source,
+            }),
+            Err(_) => Err(Error::Timeout {
+                op,
+                key: key.to_owned(),
+                timeout,
+            }),
+        }
+    }
+
+    /// Reads one key.
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let k = key.to_owned();
+        let resp = self
+            .call("get", key, |mut c| async move { c.get(k, None).await })
+            .await?;
+        Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// Reads one page of `[start, end)` at `revision` (0 = the current one).
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn range_page(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        revision: i64,
+    ) -> Result<GetResponse, Error> {
+        let key = String::from_utf8_lossy(&start).into_owned();
+        let mut options = GetOptions::new().with_range(end);
+        if self.config.page_size > 0 {
+            options = options.with_limit(i64::from(self.config.page_size));
+        }
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        self.call("list", &key, |mut c| async move {
+            c.get(start, Some(options)).await
+        })
+        .await
+    }
+
+    /// Writes `key`, attached to `lease` when not 0.
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn put(&self, key: &str, value: impl Into<Vec<u8>>, lease: i64) -> Result<(), Error> {
+        let (k, v) = (key.to_owned(), value.into());
+        let options = (lease != 0).then(|| PutOptions::new().with_lease(lease));
+        self.call("put", key, |mut c| async move { c.put(k, v, options).await })
+            .await
+            .map(drop)
+    }
+
+    /// Deletes `key`.
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn delete(&self, key: &str) -> Result<(), Error> {
+        let k = key.to_owned();
+        self.call("delete", key, |mut c| async move { c.delete(k, None).await })
+            .await
+            .map(drop)
+    }
+
+    /// Grants a lease of `ttl` seconds and returns its ID.
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn grant_lease(&self, ttl: i64) -> Result<i64, Error> {
+        let resp = self
+            .call("lease-grant", "", |mut c| async move {
+                c.lease_grant(ttl, None).await
+            })
+            .await?;
+        Ok(resp.id())
+    }
+
+    /// Refreshes lease `id` once.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when etcd no longer knows the lease, or a request error.
+    pub async fn keep_alive_once(&self, id: i64) -> Result<(), Error> {
+        let ttl = self
+            .call("lease-keep-alive", "", |mut c| async move {
+                let (mut keeper, mut stream) = c.lease_keep_alive(id).await?;
+                keeper.keep_alive().await?;
+                Ok(stream.message().await?.map(|r| r.ttl()).unwrap_or(0))
+            })
+            .await?;
+        if ttl <= 0 {
+            return Err(Error::LeaseLost { id });
+        }
+        Ok(())
+    }
+
+    /// Opens a watch on `[prefix, end)` from `revision`. Not counted against the
+    /// in-flight limit once open: a watch lives as long as the stream.
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn watch(&self, prefix: &str, revision: i64) -> Result<WatchStream, Error> {
+        let p = prefix.to_owned();
+        let options = WatchOptions::new()
+            .with_range(super::prefix_range_end(prefix))
+            .with_start_revision(revision);
+        self.call("watch", prefix, |mut c| async move {
+            c.watch(p, Some(options)).await
+        })
+        .await
+    }
+}
+
+fn tls_options(files: &TlsFiles) -> Result<Option<TlsOptions>, Error> {
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|source| Error::TlsFile {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let mut tls = None;
+    if let Some(ca) = &files.trusted_ca_file {
+        tls = Some(TlsOptions::new().ca_certificate(Certificate::from_pem(read(ca)?)));
+    }
+    if let (Some(cert), Some(key)) = (&files.cert_file, &files.key_file) {
+        let identity = Identity::from_pem(read(cert)?, read(key)?);
+        tls = Some(tls.unwrap_or_default().identity(identity));
+    }
+    Ok(tls)
+}

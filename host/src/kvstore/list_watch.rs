@@ -1,0 +1,266 @@
+//! The list-then-watch stage: one prefix of etcd as a stream of [`Event`]s.
+
+use super::{prefix_range_end, Backoff, Client, Error};
+use etcd_client::EventType;
+use std::collections::{HashMap, HashSet};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// A change under the watched prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `key` was created or changed at `revision` (its mod revision).
+    Upsert {
+        /// The full key.
+        key: String,
+        /// The new value.
+        value: Vec<u8>,
+        /// The key's mod revision.
+        revision: i64,
+    },
+    /// `key` was deleted, or vanished while the watch was broken (stale drain).
+    Delete {
+        /// The full key.
+        key: String,
+    },
+    /// A watch was (re-)established from `revision`: the connection is healthy again.
+    Watching {
+        /// The first revision the watch delivers.
+        revision: i64,
+    },
+    /// A complete list is in: every key that existed at the list's revision was
+    /// delivered and every key that no longer existed was deleted. Sent after the
+    /// first list and again after each re-list (after compaction).
+    InitDone {
+        /// The revision the list was read at.
+        revision: i64,
+    },
+}
+
+/// Lists `prefix` page by page at one revision, then watches it from that revision + 1.
+///
+/// The stream never ends on its own: a broken watch is reported as an `Err` item and
+/// resumed (with back-off) from the last seen revision; a compacted revision is
+/// reported and the prefix listed again, with [`Event::Delete`] for every key that
+/// vanished meanwhile. A key is only reported again when its mod revision changed, so
+/// a re-list does not repeat unchanged state. The work stops when the stream is dropped.
+///
+/// # Example
+/// ```no_run
+/// # async fn f(client: weft::kvstore::Client) {
+/// use futures::StreamExt;
+/// let mut events = weft::kvstore::list_watch(client, "cilium/state/nodes/v1/".into());
+/// while let Some(event) = events.next().await {
+///     println!("{event:?}");
+/// }
+/// # }
+/// ```
+pub fn list_watch(client: Client, prefix: String) -> ReceiverStream<Result<Event, Error>> {
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        let driver = Driver {
+            client,
+            prefix,
+            known: HashMap::new(),
+            tx,
+        };
+        let closed = driver.tx.clone();
+        tokio::select! {
+            _ = driver.run() => {}
+            _ = closed.closed() => {}
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// The receiver went away: stop.
+struct Closed;
+
+struct Driver {
+    client: Client,
+    prefix: String,
+    /// Every key currently known to the consumer, with its mod revision.
+    known: HashMap<String, i64>,
+    tx: mpsc::Sender<Result<Event, Error>>,
+}
+
+enum WatchEnd {
+    Compacted(Error),
+    Broken(Error),
+}
+
+impl Driver {
+    async fn run(mut self) -> Result<(), Closed> {
+        let mut backoff = Backoff::default();
+        // The revision to watch from; `None` means a (re-)list is needed first.
+        let mut resume: Option<i64> = None;
+        loop {
+            let from = match resume {
+                Some(rev) => rev,
+                None => match self.list().await? {
+                    Ok(rev) => {
+                        backoff.reset();
+                        self.send(Ok(Event::InitDone { revision: rev })).await?;
+                        rev + 1
+                    }
+                    Err(e) => {
+                        self.send(Err(e)).await?;
+                        tokio::time::sleep(backoff.next_delay()).await;
+                        continue;
+                    }
+                },
+            };
+            resume = Some(from);
+            match self.watch(&mut resume, &mut backoff).await? {
+                WatchEnd::Compacted(e) => {
+                    resume = None;
+                    self.send(Err(e)).await?;
+                }
+                WatchEnd::Broken(e) => {
+                    self.send(Err(e)).await?;
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+            }
+        }
+    }
+
+    async fn send(&self, item: Result<Event, Error>) -> Result<(), Closed> {
+        self.tx.send(item).await.map_err(|_| Closed)
+    }
+
+    /// One complete paged list at a single revision. Returns that revision, or the
+    /// error that broke the list (the next attempt starts over).
+    async fn list(&mut self) -> Result<Result<i64, Error>, Closed> {
+        let end = prefix_range_end(&self.prefix);
+        let mut start = self.prefix.as_bytes().to_vec();
+        let mut revision = 0;
+        let mut seen = HashSet::with_capacity(self.known.len());
+        loop {
+            let resp = match self.client.range_page(start.clone(), end.clone(), revision).await {
+                Ok(r) => r,
+                Err(e) => return Ok(Err(e)),
+            };
+            if revision == 0 {
+                revision = resp.header().map_or(0, |h| h.revision());
+            }
+            for kv in resp.kvs() {
+                let key = match key_string(kv.key()) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        self.send(Err(e)).await?;
+                        continue;
+                    }
+                };
+                seen.insert(key.clone());
+                if self.known.get(&key) != Some(&kv.mod_revision()) {
+                    self.known.insert(key.clone(), kv.mod_revision());
+                    let event = Event::Upsert {
+                        key,
+                        value: kv.value().to_vec(),
+                        revision: kv.mod_revision(),
+                    };
+                    self.send(Ok(event)).await?;
+                }
+            }
+            match resp.kvs().last() {
+                Some(last) if resp.more() => {
+                    start = last.key().to_vec();
+                    start.push(0);
+                }
+                _ => break,
+            }
+        }
+        let stale: Vec<String> = self
+            .known
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for key in stale {
+            self.known.remove(&key);
+            self.send(Ok(Event::Delete { key })).await?;
+        }
+        Ok(Ok(revision))
+    }
+
+    /// Watches from `*resume`, advancing it past every delivered event.
+    async fn watch(
+        &mut self,
+        resume: &mut Option<i64>,
+        backoff: &mut Backoff,
+    ) -> Result<WatchEnd, Closed> {
+        let from = resume.unwrap_or(0);
+        let mut stream = match self.client.watch(&self.prefix, from).await {
+            Ok(s) => s,
+            Err(e) => return Ok(WatchEnd::Broken(e)),
+        };
+        loop {
+            let resp = match stream.message().await {
+                Ok(Some(resp)) => resp,
+                Ok(None) => return Ok(WatchEnd::Broken(self.ended("stream closed by server"))),
+                Err(source) => {
+                    return Ok(WatchEnd::Broken(Error::Request {
+                        op: "watch",
+                        key: self.prefix.clone(),
+                        source,
+                    }))
+                }
+            };
+            if resp.created() && !resp.canceled() {
+                self.send(Ok(Event::Watching { revision: from })).await?;
+            }
+            if resp.canceled() {
+                if resp.compact_revision() > 0 {
+                    return Ok(WatchEnd::Compacted(Error::Compacted {
+                        prefix: self.prefix.clone(),
+                        revision: resume.unwrap_or(from),
+                        compact_revision: resp.compact_revision(),
+                    }));
+                }
+                let reason = format!("cancelled: {}", resp.cancel_reason());
+                return Ok(WatchEnd::Broken(self.ended(&reason)));
+            }
+            backoff.reset();
+            for event in resp.events() {
+                let Some(kv) = event.kv() else { continue };
+                *resume = Some(kv.mod_revision() + 1);
+                let key = match key_string(kv.key()) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        self.send(Err(e)).await?;
+                        continue;
+                    }
+                };
+                match event.event_type() {
+                    EventType::Put => {
+                        self.known.insert(key.clone(), kv.mod_revision());
+                        let event = Event::Upsert {
+                            key,
+                            value: kv.value().to_vec(),
+                            revision: kv.mod_revision(),
+                        };
+                        self.send(Ok(event)).await?;
+                    }
+                    EventType::Delete => {
+                        if self.known.remove(&key).is_some() {
+                            self.send(Ok(Event::Delete { key })).await?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn ended(&self, reason: &str) -> Error {
+        Error::WatchEnded {
+            prefix: self.prefix.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+fn key_string(key: &[u8]) -> Result<String, Error> {
+    String::from_utf8(key.to_vec()).map_err(|_| Error::KeyNotUtf8 {
+        key: String::from_utf8_lossy(key).into_owned(),
+    })
+}

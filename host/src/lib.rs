@@ -1,0 +1,13 @@
+//! weft: a node agent for multi-cluster networking.
+//!
+//! Start with `ARCHITECTURE.md` at the repository root: it maps these modules.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod agent;
+pub mod api;
+pub mod cli;
+pub mod clustermesh;
+pub mod kvstore;
+pub mod model;
+pub mod node;

@@ -1,0 +1,50 @@
+//! `weftd`: the weft node agent and its operator commands.
+#![forbid(unsafe_code)]
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use weft::cli::{self, Cli, Command, LogFormat, Output};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Run(args) => {
+            weft::agent::run(args.into_config(), shutdown_signal()).await?;
+        }
+        Command::Status(args) => {
+            let report = weft::api::fetch_status(&args.state_dir)
+                .await
+                .context("is weftd running with this --state-dir?")?;
+            match args.output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+                Output::Text => print!("{}", cli::render_status(&report)),
+            }
+        }
+        Command::ClusterConfig(args) => {
+            cli::write_cluster_config(&args).await?;
+            println!("cluster config of {} (id {}) written", args.cluster_name, args.cluster_id);
+        }
+    }
+    Ok(())
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

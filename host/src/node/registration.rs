@@ -1,0 +1,102 @@
+//! Publishes this node's record to its own cluster's etcd, on a lease kept alive.
+
+use crate::clustermesh::cluster_config_key;
+use crate::kvstore::{Backoff, Client, Error};
+use crate::model::{ClusterConfig, Node, NodeAddress};
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime};
+
+/// The base prefix named by the nodes' sync canary.
+pub const NODES_CANARY_BASE: &str = "cilium/state/nodes/v1";
+
+/// What this node publishes about itself.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    /// This cluster's name.
+    pub cluster_name: String,
+    /// This cluster's ID.
+    pub cluster_id: u32,
+    /// This node's name.
+    pub node_name: String,
+    /// This node's addresses (published as `InternalIP`).
+    pub node_ips: Vec<IpAddr>,
+    /// The lease's time to live; the key vanishes this long after the agent dies.
+    pub lease_ttl: Duration,
+}
+
+/// The key of `node` in `cluster`.
+pub fn node_key(cluster: &str, node: &str) -> String {
+    format!("{NODES_CANARY_BASE}/{cluster}/{node}")
+}
+
+impl Registration {
+    fn record(&self) -> Node {
+        Node {
+            name: self.node_name.clone(),
+            cluster: self.cluster_name.clone(),
+            cluster_id: self.cluster_id,
+            ip_addresses: self
+                .node_ips
+                .iter()
+                .map(|ip| NodeAddress {
+                    kind: "InternalIP".into(),
+                    ip: *ip,
+                })
+                .collect(),
+            source: "kvstore".into(),
+            labels: Some(Default::default()),
+            ..Node::default()
+        }
+    }
+}
+
+/// Keeps this node's record in etcd until the future is dropped: grants a lease, puts
+/// the record (and, when the cluster config announces sync canaries, the nodes'
+/// canary) on it and keeps it alive. When the lease is lost — etcd restarted without
+/// its data, or it expired during an outage — everything is written again on a new one.
+pub async fn run_registration(client: Client, reg: Registration) {
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let ttl = reg.lease_ttl.as_secs().max(2) as i64;
+    loop {
+        match publish(&client, &reg, ttl).await {
+            Ok(lease) => {
+                backoff.reset();
+                tracing::info!(node = %reg.node_name, lease, "node record published");
+                let e = keep_alive(&client, lease, reg.lease_ttl / 3).await;
+                tracing::warn!(error = %e, "node lease lost; publishing again");
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot publish node record"),
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+async fn publish(client: &Client, reg: &Registration, ttl: i64) -> Result<i64, Error> {
+    let lease = client.grant_lease(ttl).await?;
+    let value = serde_json::to_vec(&reg.record()).expect("a node always serialises");
+    client
+        .put(&node_key(&reg.cluster_name, &reg.node_name), value, lease)
+        .await?;
+    let config = client.get(&cluster_config_key(&reg.cluster_name)).await?;
+    let canaries = config
+        .and_then(|c| serde_json::from_slice::<ClusterConfig>(&c).ok())
+        .is_some_and(|c| c.capabilities.synced_canaries);
+    if canaries {
+        // Written after the record is acknowledged: readers that wait for the canary
+        // then see it.
+        let key = format!("cilium/synced/{}/{NODES_CANARY_BASE}", reg.cluster_name);
+        let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+        client.put(&key, now, lease).await?;
+    }
+    Ok(lease)
+}
+
+/// Refreshes `lease` every `every` until that fails.
+async fn keep_alive(client: &Client, lease: i64, every: Duration) -> Error {
+    loop {
+        tokio::time::sleep(every).await;
+        if let Err(e) = client.keep_alive_once(lease).await {
+            return e;
+        }
+    }
+}
