@@ -117,7 +117,12 @@ pub struct ClusterConfigArgs {
     #[arg(long, env = "WEFT_CLUSTER_ID")]
     pub cluster_id: u32,
     /// The cluster's etcd endpoints, comma-separated.
-    #[arg(long, env = "WEFT_KVSTORE_ENDPOINTS", value_delimiter = ',', required = true)]
+    #[arg(
+        long,
+        env = "WEFT_KVSTORE_ENDPOINTS",
+        value_delimiter = ',',
+        required = true
+    )]
     pub kvstore_endpoints: Vec<String>,
     /// Announce that writers put sync canaries.
     #[arg(long, env = "WEFT_SYNCED_CANARIES")]
@@ -165,10 +170,20 @@ pub fn render_status(report: &api::StatusReport) -> String {
     }
     out.push_str(&format!(
         "{:<16} {:>4} {:<9} {:<5} {:<12} {:<12} {:<12} {:<12} {:>9}  {}\n",
-        "REMOTE", "ID", "CONNECTED", "READY", "NODES", "IPCACHE", "IDENTITIES", "SERVICES", "MALFORMED", "LAST ERROR"
+        "REMOTE",
+        "ID",
+        "CONNECTED",
+        "READY",
+        "NODES",
+        "IPCACHE",
+        "IDENTITIES",
+        "SERVICES",
+        "MALFORMED",
+        "LAST ERROR"
     ));
     for c in &report.clusters {
-        let cell = |synced: bool, n: usize| format!("{}({n})", if synced { "synced" } else { "pending" });
+        let cell =
+            |synced: bool, n: usize| format!("{}({n})", if synced { "synced" } else { "pending" });
         out.push_str(&format!(
             "{:<16} {:>4} {:<9} {:<5} {:<12} {:<12} {:<12} {:<12} {:>9}  {}\n",
             c.name,
@@ -206,7 +221,13 @@ pub async fn write_cluster_config(args: &ClusterConfigArgs) -> Result<(), kvstor
     };
     let value = serde_json::to_vec(&config).expect("a cluster config serialises");
     client
-        .put(&clustermesh::cluster_config_key(&args.cluster_name), value, 0)
+        .put(
+            &clustermesh::cluster_config_key(&args.cluster_name),
+            value,
+            0,
+        )
         .await?;
-    client.put(clustermesh::HAS_CLUSTER_CONFIG_KEY, "true", 0).await
+    client
+        .put(clustermesh::HAS_CLUSTER_CONFIG_KEY, "true", 0)
+        .await
 }

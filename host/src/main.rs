@@ -24,7 +24,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::ClusterConfig(args) => {
             cli::write_cluster_config(&args).await?;
-            println!("cluster config of {} (id {}) written", args.cluster_name, args.cluster_id);
+            println!(
+                "cluster config of {} (id {}) written",
+                args.cluster_name, args.cluster_id
+            );
         }
     }
     Ok(())
@@ -33,7 +36,9 @@ async fn main() -> anyhow::Result<()> {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

@@ -22,9 +22,11 @@ pub async fn fetch_status(state_dir: &Path) -> Result<StatusReport, Error> {
     let mut answer = Vec::new();
     conn.read_to_end(&mut answer).await.map_err(socket_err)?;
     let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| Error::BadAnswer {
-        reason: "no HTTP head".into(),
-    })?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| Error::BadAnswer {
+            reason: "no HTTP head".into(),
+        })?;
     if !head.starts_with("HTTP/1.1 200") {
         return Err(Error::BadAnswer {
             reason: head.lines().next().unwrap_or_default().to_owned(),

@@ -27,7 +27,9 @@ pub fn serve(
     let status = std::sync::Arc::new(status);
     Ok(async move {
         loop {
-            let Ok((mut conn, _)) = listener.accept().await else { continue };
+            let Ok((mut conn, _)) = listener.accept().await else {
+                continue;
+            };
             let status = status.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::with_capacity(1024);

@@ -28,7 +28,9 @@ pub enum IdError {
         holder: String,
     },
     /// The cluster announced another ID than the one it was accepted with.
-    #[error("cluster ID changed from {accepted} to {id}; remove and re-add the cluster to accept it")]
+    #[error(
+        "cluster ID changed from {accepted} to {id}; remove and re-add the cluster to accept it"
+    )]
     Changed {
         /// The ID announced now.
         id: u32,
@@ -87,8 +89,14 @@ mod tests {
     #[test]
     fn claims() {
         let mut ids = ClusterIds::new(1, 255);
-        assert_eq!(ids.claim("a", 0), Err(IdError::OutOfRange { id: 0, max: 255 }));
-        assert_eq!(ids.claim("a", 256), Err(IdError::OutOfRange { id: 256, max: 255 }));
+        assert_eq!(
+            ids.claim("a", 0),
+            Err(IdError::OutOfRange { id: 0, max: 255 })
+        );
+        assert_eq!(
+            ids.claim("a", 256),
+            Err(IdError::OutOfRange { id: 256, max: 255 })
+        );
         assert_eq!(ids.claim("a", 1), Err(IdError::Own { id: 1 }));
         ids.claim("a", 2).unwrap();
         ids.claim("a", 2).unwrap();

@@ -82,7 +82,9 @@ fn rescan(dir: &Path, known: &mut BTreeMap<String, Vec<u8>>) -> Vec<DirEvent> {
                 Ok(bytes) => {
                     now.insert(name, bytes);
                 }
-                Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot read clustermesh config file"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot read clustermesh config file")
+                }
             }
         }
     }
@@ -120,7 +122,11 @@ mod tests {
     async fn files_added_changed_removed_and_hidden_ignored() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("c1"), "endpoints: [http://127.0.0.1:1]\n").unwrap();
-        std::fs::write(dir.path().join("..data"), "endpoints: [http://127.0.0.1:9]\n").unwrap();
+        std::fs::write(
+            dir.path().join("..data"),
+            "endpoints: [http://127.0.0.1:9]\n",
+        )
+        .unwrap();
         let mut s = watch_dir(dir.path().to_owned());
         match next(&mut s).await {
             DirEvent::Upsert { name, config } => {

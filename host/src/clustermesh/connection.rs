@@ -64,7 +64,12 @@ async fn connect(
             NotConnected::Refused(format!("malformed cluster config at {key:?}: {e}"))
         })?),
         None => {
-            if client.get(HAS_CLUSTER_CONFIG_KEY).await.map_err(transient)?.is_some() {
+            if client
+                .get(HAS_CLUSTER_CONFIG_KEY)
+                .await
+                .map_err(transient)?
+                .is_some()
+            {
                 let waited = started.elapsed();
                 let msg = format!(
                     "cluster config {key:?} is required ({HAS_CLUSTER_CONFIG_KEY:?} exists) but missing after {}s",
@@ -106,9 +111,15 @@ async fn watch(cluster: &RemoteCluster, conn: Connected) -> String {
     let start = |streams: &mut StreamMap<_, _>, r: Resource| {
         cluster.begin_resync(r);
         let prefix = conn.layout.prefix(r, name);
-        streams.insert(StreamKey::Resource(r), list_watch(conn.client.clone(), prefix));
+        streams.insert(
+            StreamKey::Resource(r),
+            list_watch(conn.client.clone(), prefix),
+        );
     };
-    streams.insert(StreamKey::Config, list_watch(conn.client.clone(), config_key.clone()));
+    streams.insert(
+        StreamKey::Config,
+        list_watch(conn.client.clone(), config_key.clone()),
+    );
     if conn.layout.canaries {
         let prefix = Layout::canaries_prefix(name);
         streams.insert(StreamKey::Canaries, list_watch(conn.client.clone(), prefix));
@@ -140,7 +151,9 @@ async fn watch(cluster: &RemoteCluster, conn: Connected) -> String {
             }
             (StreamKey::Canaries, Event::Upsert { key, .. }) => {
                 let resource = conn.layout.canary_resource(name, &key);
-                if let Some(r) = resource.filter(|r| !streams.contains_key(&StreamKey::Resource(*r))) {
+                if let Some(r) =
+                    resource.filter(|r| !streams.contains_key(&StreamKey::Resource(*r)))
+                {
                     tracing::info!(cluster = name, resource = %r, "sync canary found: watching");
                     start(&mut streams, r);
                 }

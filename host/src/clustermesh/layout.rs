@@ -75,22 +75,49 @@ mod tests {
     #[test]
     fn prefixes_of_the_state_and_cached_layouts() {
         let state = Layout::of(None);
-        assert_eq!(state.prefix(Resource::IpCache, "c3"), "cilium/state/ip/v1/default/");
-        assert_eq!(state.prefix(Resource::Identities, "c3"), "cilium/state/identities/v1/id/");
-        assert_eq!(state.prefix(Resource::Nodes, "c3"), "cilium/state/nodes/v1/c3/");
-        let cached = Layout { cached: true, canaries: true };
-        assert_eq!(cached.prefix(Resource::Identities, "c3"), "cilium/cache/identities/v1/c3/id/");
-        assert_eq!(cached.prefix(Resource::IpCache, "c3"), "cilium/cache/ip/v1/c3/");
+        assert_eq!(
+            state.prefix(Resource::IpCache, "c3"),
+            "cilium/state/ip/v1/default/"
+        );
+        assert_eq!(
+            state.prefix(Resource::Identities, "c3"),
+            "cilium/state/identities/v1/id/"
+        );
+        assert_eq!(
+            state.prefix(Resource::Nodes, "c3"),
+            "cilium/state/nodes/v1/c3/"
+        );
+        let cached = Layout {
+            cached: true,
+            canaries: true,
+        };
+        assert_eq!(
+            cached.prefix(Resource::Identities, "c3"),
+            "cilium/cache/identities/v1/c3/id/"
+        );
+        assert_eq!(
+            cached.prefix(Resource::IpCache, "c3"),
+            "cilium/cache/ip/v1/c3/"
+        );
     }
 
     #[test]
     fn canary_keys_name_their_resource() {
-        let l = Layout { cached: false, canaries: true };
+        let l = Layout {
+            cached: false,
+            canaries: true,
+        };
         assert_eq!(
             l.canary_resource("c3", "cilium/synced/c3/cilium/state/nodes/v1"),
             Some(Resource::Nodes)
         );
-        assert_eq!(l.canary_resource("c3", "cilium/synced/c4/cilium/state/nodes/v1"), None);
-        assert_eq!(l.canary_resource("c3", "cilium/synced/c3/cilium/cache/nodes/v1"), None);
+        assert_eq!(
+            l.canary_resource("c3", "cilium/synced/c4/cilium/state/nodes/v1"),
+            None
+        );
+        assert_eq!(
+            l.canary_resource("c3", "cilium/synced/c3/cilium/cache/nodes/v1"),
+            None
+        );
     }
 }

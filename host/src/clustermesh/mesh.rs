@@ -37,7 +37,10 @@ pub(crate) struct Member {
 
 impl Shared {
     pub fn claim_id(&self, cluster: &str, id: u32) -> Result<(), IdError> {
-        self.ids.lock().expect("ids lock poisoned").claim(cluster, id)
+        self.ids
+            .lock()
+            .expect("ids lock poisoned")
+            .claim(cluster, id)
     }
 }
 
@@ -89,8 +92,18 @@ impl ClusterMesh {
             }
         };
         tracing::info!(cluster = name, endpoints = ?endpoints.urls, "connecting remote cluster");
-        let task = tokio::spawn(super::connection::run(cluster, self.shared.clone(), endpoints));
-        if let Some(m) = self.shared.clusters.lock().expect("clusters lock poisoned").get_mut(name) {
+        let task = tokio::spawn(super::connection::run(
+            cluster,
+            self.shared.clone(),
+            endpoints,
+        ));
+        if let Some(m) = self
+            .shared
+            .clusters
+            .lock()
+            .expect("clusters lock poisoned")
+            .get_mut(name)
+        {
             m.task = Some(task);
         }
     }
@@ -99,11 +112,20 @@ impl ClusterMesh {
     /// held is deleted (the observer sees each delete) and its cluster ID is freed.
     pub async fn remove_cluster(&self, name: &str) {
         let _guard = self.shared.changes.lock().await;
-        let member = self.shared.clusters.lock().expect("clusters lock poisoned").remove(name);
+        let member = self
+            .shared
+            .clusters
+            .lock()
+            .expect("clusters lock poisoned")
+            .remove(name);
         let Some(member) = member else { return };
         stop_task(member.task).await;
         member.cluster.disconnect();
-        self.shared.ids.lock().expect("ids lock poisoned").release(name);
+        self.shared
+            .ids
+            .lock()
+            .expect("ids lock poisoned")
+            .release(name);
         member.cluster.drain();
         tracing::info!(cluster = name, "remote cluster removed and drained");
     }

@@ -122,7 +122,11 @@ impl SyncCallbacks {
     /// Runs `f` once per remote cluster when `resource`'s initial list is in (e.g.
     /// "identities synced"), never again on a reconnect.
     #[must_use]
-    pub fn on(mut self, resource: Resource, f: impl Fn(Resource, &ClusterInfo) + Send + Sync + 'static) -> Self {
+    pub fn on(
+        mut self,
+        resource: Resource,
+        f: impl Fn(Resource, &ClusterInfo) + Send + Sync + 'static,
+    ) -> Self {
         self.by_resource[resource.index()].push(Arc::new(f));
         self
     }
@@ -137,6 +141,8 @@ impl SyncCallbacks {
 impl std::fmt::Debug for SyncCallbacks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let counts: Vec<usize> = self.by_resource.iter().map(Vec::len).collect();
-        f.debug_struct("SyncCallbacks").field("per_resource", &counts).finish()
+        f.debug_struct("SyncCallbacks")
+            .field("per_resource", &counts)
+            .finish()
     }
 }

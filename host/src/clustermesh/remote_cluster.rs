@@ -127,14 +127,21 @@ impl RemoteCluster {
             Event::Upsert { key, value, .. } => {
                 let mut inner = self.lock();
                 inner.failing.remove(&StreamKey::Resource(r));
-                let owner = Owner { name: cluster, id: inner.id };
+                let owner = Owner {
+                    name: cluster,
+                    id: inner.id,
+                };
                 match decode(r, owner, prefix, &key, &value) {
                     Ok(v) => {
                         let v = Arc::new(v);
                         let changed = inner.stores[r.index()].upsert(&key, v.clone());
                         drop(inner);
                         if changed {
-                            self.observer.on_event(ClusterEvent::Upsert { cluster, key: &key, value: &v });
+                            self.observer.on_event(ClusterEvent::Upsert {
+                                cluster,
+                                key: &key,
+                                value: &v,
+                            });
                         }
                     }
                     Err(e) => {
@@ -148,7 +155,11 @@ impl RemoteCluster {
                         let old = store.remove(&key);
                         drop(inner);
                         if let Some(old) = old {
-                            self.observer.on_event(ClusterEvent::Delete { cluster, key: &key, old: &old });
+                            self.observer.on_event(ClusterEvent::Delete {
+                                cluster,
+                                key: &key,
+                                old: &old,
+                            });
                         }
                     }
                 }
@@ -156,7 +167,11 @@ impl RemoteCluster {
             Event::Delete { key } => {
                 let old = self.lock().stores[r.index()].remove(&key);
                 if let Some(old) = old {
-                    self.observer.on_event(ClusterEvent::Delete { cluster, key: &key, old: &old });
+                    self.observer.on_event(ClusterEvent::Delete {
+                        cluster,
+                        key: &key,
+                        old: &old,
+                    });
                 }
             }
             Event::Watching { .. } => self.stream_ok(StreamKey::Resource(r)),
@@ -173,7 +188,11 @@ impl RemoteCluster {
 
     fn emit_deletes(&self, gone: &[(String, Arc<Value>)]) {
         for (key, old) in gone {
-            self.observer.on_event(ClusterEvent::Delete { cluster: &self.name, key, old });
+            self.observer.on_event(ClusterEvent::Delete {
+                cluster: &self.name,
+                key,
+                old,
+            });
         }
     }
 

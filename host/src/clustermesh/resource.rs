@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 /// A decoded value from a remote cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// Values are stored behind an `Arc`, one allocation each: boxing the large variant
+// would add a second.
+#[allow(clippy::large_enum_variant)]
 pub enum Value {
     /// A node record.
     Node(Node),
@@ -64,11 +67,20 @@ pub(crate) fn decode(
     }
 }
 
-fn check_owner(key: &str, what: &str, cluster: &str, id: u32, owner: Owner<'_>) -> Result<(), DecodeError> {
+fn check_owner(
+    key: &str,
+    what: &str,
+    cluster: &str,
+    id: u32,
+    owner: Owner<'_>,
+) -> Result<(), DecodeError> {
     if cluster != owner.name {
         return Err(DecodeError::new(
             key,
-            format_args!("{what} belongs to cluster {cluster:?}, not {:?}", owner.name),
+            format_args!(
+                "{what} belongs to cluster {cluster:?}, not {:?}",
+                owner.name
+            ),
         ));
     }
     match owner.id {
@@ -153,7 +165,10 @@ impl Store {
 mod tests {
     use super::*;
 
-    const OWNER: Owner<'static> = Owner { name: "c3", id: Some(3) };
+    const OWNER: Owner<'static> = Owner {
+        name: "c3",
+        id: Some(3),
+    };
 
     #[test]
     fn nodes_of_another_cluster_are_malformed() {
@@ -176,7 +191,12 @@ mod tests {
     #[test]
     fn resync_drains_what_was_not_seen_again() {
         let mut s = Store::default();
-        let v = |id| Arc::new(Value::Identity(Identity { id, labels: Default::default() }));
+        let v = |id| {
+            Arc::new(Value::Identity(Identity {
+                id,
+                labels: Default::default(),
+            }))
+        };
         assert!(s.upsert("a", v(1)));
         assert!(s.upsert("b", v(2)));
         s.begin_resync();

@@ -92,7 +92,10 @@ impl ClusterMesh {
             .members()
             .iter()
             .map(|c| {
-                let w = resources.iter().map(|r| (*r, c.barrier(*r).waiter())).collect();
+                let w = resources
+                    .iter()
+                    .map(|r| (*r, c.barrier(*r).waiter()))
+                    .collect();
                 (c.name.to_string(), w)
             })
             .collect();

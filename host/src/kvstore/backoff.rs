@@ -23,7 +23,11 @@ pub struct Backoff {
 impl Backoff {
     /// Delays from `min`, doubling up to `max`.
     pub fn new(min: Duration, max: Duration) -> Self {
-        Self { min, max, next: min }
+        Self {
+            min,
+            max,
+            next: min,
+        }
     }
 
     /// The delay before the next attempt.

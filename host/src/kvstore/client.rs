@@ -39,7 +39,9 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("config", &self.config).finish()
+        f.debug_struct("Client")
+            .field("config", &self.config)
+            .finish()
     }
 }
 
@@ -144,9 +146,13 @@ impl Client {
     pub async fn put(&self, key: &str, value: impl Into<Vec<u8>>, lease: i64) -> Result<(), Error> {
         let (k, v) = (key.to_owned(), value.into());
         let options = (lease != 0).then(|| PutOptions::new().with_lease(lease));
-        self.call("put", key, |mut c| async move { c.put(k, v, options).await })
-            .await
-            .map(drop)
+        self.call(
+            "put",
+            key,
+            |mut c| async move { c.put(k, v, options).await },
+        )
+        .await
+        .map(drop)
     }
 
     /// Deletes `key`.
@@ -155,9 +161,13 @@ impl Client {
     /// [`Error::Request`] or [`Error::Timeout`].
     pub async fn delete(&self, key: &str) -> Result<(), Error> {
         let k = key.to_owned();
-        self.call("delete", key, |mut c| async move { c.delete(k, None).await })
-            .await
-            .map(drop)
+        self.call(
+            "delete",
+            key,
+            |mut c| async move { c.delete(k, None).await },
+        )
+        .await
+        .map(drop)
     }
 
     /// Grants a lease of `ttl` seconds and returns its ID.

@@ -112,7 +112,10 @@ mod tests {
         let a = limits.acquire().await;
         let _b = limits.acquire().await;
         let third = tokio::time::timeout(Duration::from_millis(50), limits.acquire()).await;
-        assert!(third.is_err(), "a third request must wait while two are in flight");
+        assert!(
+            third.is_err(),
+            "a third request must wait while two are in flight"
+        );
         drop(a);
         tokio::time::timeout(Duration::from_secs(5), limits.acquire())
             .await

@@ -136,7 +136,11 @@ impl Driver {
         let mut revision = 0;
         let mut seen = HashSet::with_capacity(self.known.len());
         loop {
-            let resp = match self.client.range_page(start.clone(), end.clone(), revision).await {
+            let resp = match self
+                .client
+                .range_page(start.clone(), end.clone(), revision)
+                .await
+            {
                 Ok(r) => r,
                 Err(e) => return Ok(Err(e)),
             };

@@ -104,9 +104,9 @@ impl Identity {
     /// # Errors
     /// [`DecodeError`] naming `key` when the id is not a number or the labels are malformed.
     pub fn decode(key: &str, id: &str, value: &[u8]) -> Result<Self, DecodeError> {
-        let id: u32 = id
-            .parse()
-            .map_err(|_| DecodeError::new(key, format_args!("identity id {id:?} is not a number")))?;
+        let id: u32 = id.parse().map_err(|_| {
+            DecodeError::new(key, format_args!("identity id {id:?} is not a number"))
+        })?;
         let text = std::str::from_utf8(value).map_err(|e| DecodeError::new(key, e))?;
         let labels = text.parse().map_err(|e| DecodeError::new(key, e))?;
         Ok(Identity { id, labels })

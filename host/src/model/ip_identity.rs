@@ -33,10 +33,18 @@ pub struct IpIdentityPair {
     #[serde(rename = "Metadata", default)]
     pub metadata: String,
     /// The pod's namespace, when the address is a pod's.
-    #[serde(rename = "K8sNamespace", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "K8sNamespace",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub k8s_namespace: String,
     /// The pod's name, when the address is a pod's.
-    #[serde(rename = "K8sPodName", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "K8sPodName",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub k8s_pod_name: String,
     /// The pod's named ports.
     #[serde(rename = "NamedPorts", default, skip_serializing_if = "Vec::is_empty")]

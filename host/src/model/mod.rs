@@ -44,6 +44,9 @@ impl DecodeError {
 ///
 /// # Errors
 /// [`DecodeError`] when `value` is not valid JSON for `T`.
-pub fn decode_json<T: serde::de::DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, DecodeError> {
+pub fn decode_json<T: serde::de::DeserializeOwned>(
+    key: &str,
+    value: &[u8],
+) -> Result<T, DecodeError> {
     serde_json::from_slice(value).map_err(|e| DecodeError::new(key, e))
 }

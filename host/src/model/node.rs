@@ -70,7 +70,11 @@ pub struct Node {
     #[serde(rename = "Annotations", default)]
     pub annotations: Option<BTreeMap<String, String>>,
     /// The node's identity, written by newer agents only.
-    #[serde(rename = "NodeIdentity", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "NodeIdentity",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub node_identity: Option<u32>,
     /// The node's WireGuard public key (base64), empty without WireGuard.
     #[serde(rename = "WireguardPubKey", default)]
@@ -104,7 +108,10 @@ mod tests {
     #[test]
     fn example_round_trips_to_equal_json() {
         let node: Node = serde_json::from_str(EXAMPLE).unwrap();
-        assert_eq!(node.ipv4_alloc_cidr.as_ref().unwrap().prefix_len(), Some(24));
+        assert_eq!(
+            node.ipv4_alloc_cidr.as_ref().unwrap().prefix_len(),
+            Some(24)
+        );
         assert_eq!(node.ipv6_health_ip, None);
         assert_eq!(node.encryption_key, 7);
         let again = serde_json::to_value(&node).unwrap();

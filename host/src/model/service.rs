@@ -68,10 +68,9 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_ignored() {
-        let svc: ClusterService = serde_json::from_str(
-            r#"{"cluster":"c","namespace":"n","name":"s","hostnames":["x"]}"#,
-        )
-        .unwrap();
+        let svc: ClusterService =
+            serde_json::from_str(r#"{"cluster":"c","namespace":"n","name":"s","hostnames":["x"]}"#)
+                .unwrap();
         assert!(svc.frontends.is_empty());
     }
 }

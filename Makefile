@@ -1,0 +1,35 @@
+# weft: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: all deps build test lint demo bench clean
+
+all: build
+
+## deps: install what the build and the tests need (Debian packages), once.
+deps:
+	@scripts/deps.sh
+
+build: deps
+	$(CARGO) build --workspace --all-targets
+
+## test: unit, doc and integration tests (real etcd processes on loopback).
+test: deps
+	$(CARGO) test --workspace
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## demo: two clusters on loopback, one etcd and one weftd each; barriers go from
+## pending to synced in `weftd status`. Cleans up on exit.
+demo: deps
+	$(CARGO) build -p weft --bin weftd
+	scripts/demo.sh
+
+## bench: the cluster-mesh sync benchmark (see BENCHMARKS.md).
+bench: deps
+	$(CARGO) bench -p weft --bench mesh_sync
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,224 @@
+//! `kvstore::list_watch` against real etcd: paging, resume, compaction, restarts.
+
+mod support;
+
+use futures::StreamExt;
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+use support::{within, Etcd, Proxy};
+use tokio_stream::wrappers::ReceiverStream;
+use weft::kvstore::{self, list_watch, Client, Endpoints, Event};
+
+const PREFIX: &str = "cilium/state/ip/v1/default/";
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// What a consumer of the stream holds, and what it was told.
+#[derive(Default)]
+struct Mirror {
+    state: BTreeMap<String, Vec<u8>>,
+    seen: HashSet<(String, i64)>,
+    duplicates: usize,
+    init_done: usize,
+    watching: usize,
+    errors: Vec<String>,
+    deletes: usize,
+}
+
+impl Mirror {
+    fn apply(&mut self, item: Result<Event, kvstore::Error>) {
+        match item {
+            Ok(Event::Upsert {
+                key,
+                value,
+                revision,
+            }) => {
+                if !self.seen.insert((key.clone(), revision)) {
+                    self.duplicates += 1;
+                }
+                self.state.insert(key, value);
+            }
+            Ok(Event::Delete { key }) => {
+                assert!(self.state.remove(&key).is_some(), "delete of unknown {key}");
+                self.deletes += 1;
+            }
+            Ok(Event::InitDone { .. }) => self.init_done += 1,
+            Ok(Event::Watching { .. }) => self.watching += 1,
+            Err(e) => self.errors.push(e.to_string()),
+        }
+    }
+
+    /// Applies events until `done` holds.
+    async fn until(
+        &mut self,
+        s: &mut ReceiverStream<Result<Event, kvstore::Error>>,
+        what: &str,
+        done: impl Fn(&Mirror) -> bool,
+    ) {
+        within(what, LIMIT, async {
+            while !done(self) {
+                let item = s.next().await.expect("the stream never ends");
+                self.apply(item);
+            }
+        })
+        .await
+    }
+}
+
+async fn contents(etcd: &Etcd) -> BTreeMap<String, Vec<u8>> {
+    let mut c = etcd.client().await;
+    let resp = c
+        .get(PREFIX, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    resp.kvs()
+        .iter()
+        .map(|kv| (kv.key_str().unwrap().to_owned(), kv.value().to_vec()))
+        .collect()
+}
+
+async fn client(url: String, config: kvstore::Config) -> Client {
+    let endpoints = Endpoints {
+        urls: vec![url],
+        ..Default::default()
+    };
+    Client::connect(&endpoints, &config).await.unwrap()
+}
+
+fn fast_config(page_size: u32) -> kvstore::Config {
+    kvstore::Config {
+        page_size,
+        keep_alive: (Duration::from_secs(1), Duration::from_secs(2)),
+        ..kvstore::Config::default().unlimited()
+    }
+}
+
+async fn seed(etcd: &Etcd, range: std::ops::Range<usize>) {
+    let kv: Vec<(String, String)> = range
+        .map(|i| (format!("{PREFIX}k{i:05}"), format!("v{i}")))
+        .collect();
+    etcd.put_all(&kv).await;
+}
+
+#[tokio::test]
+async fn paged_list_delivers_every_key_once_then_watches() {
+    let etcd = Etcd::start().await;
+    seed(&etcd, 0..1000).await;
+    etcd.put("cilium/state/ip/v1/defaultX", "outside the prefix")
+        .await;
+    let mut s = list_watch(client(etcd.url(), fast_config(64)).await, PREFIX.into());
+    let mut m = Mirror::default();
+    m.until(&mut s, "initial list", |m| m.init_done == 1).await;
+    assert_eq!(m.state.len(), 1000, "every key of the prefix, nothing else");
+    etcd.put(&format!("{PREFIX}new"), "x").await;
+    etcd.delete(&format!("{PREFIX}k00000")).await;
+    m.until(&mut s, "watch events", |m| {
+        m.deletes == 1 && m.state.contains_key(&format!("{PREFIX}new"))
+    })
+    .await;
+    assert_eq!(m.state, contents(&etcd).await);
+    assert_eq!(m.duplicates, 0);
+}
+
+#[tokio::test]
+async fn writes_during_a_paged_list_are_neither_lost_nor_repeated() {
+    let etcd = Etcd::start().await;
+    seed(&etcd, 0..500).await;
+    // A slow list (2 keys a page, 50 pages a second) while a writer changes the range.
+    let config = kvstore::Config {
+        qps: 50.0,
+        ..fast_config(2)
+    };
+    let mut s = list_watch(client(etcd.url(), config).await, PREFIX.into());
+    let writer = async {
+        for i in 0..100 {
+            etcd.put(&format!("{PREFIX}k{:05}", i * 5), "changed").await;
+            etcd.put(&format!("{PREFIX}w{i:03}"), "added").await;
+        }
+    };
+    let mut m = Mirror::default();
+    let reader = m.until(&mut s, "initial list", |m| m.init_done == 1);
+    tokio::join!(writer, reader);
+    let want = contents(&etcd).await;
+    m.until(&mut s, "caught up with the writer", |m| m.state == want)
+        .await;
+    assert_eq!(m.duplicates, 0, "no (key, revision) delivered twice");
+}
+
+#[tokio::test]
+async fn etcd_killed_mid_list_and_mid_watch_loses_nothing() {
+    let mut etcd = Etcd::start().await;
+    seed(&etcd, 0..300).await;
+    // 10 keys a page at 5 pages a second: the list takes seconds, long enough to kill
+    // etcd in the middle of it.
+    let config = kvstore::Config {
+        qps: 5.0,
+        ..fast_config(10)
+    };
+    let mut s = list_watch(client(etcd.url(), config).await, PREFIX.into());
+    let mut m = Mirror::default();
+    m.until(&mut s, "first pages", |m| m.state.len() >= 50)
+        .await;
+    assert_eq!(m.init_done, 0, "still listing");
+    etcd.restart().await;
+    m.until(&mut s, "initial list after restart", |m| m.init_done == 1)
+        .await;
+    // The list either failed and started over or continued at its revision once etcd
+    // was back; either way nothing is missing or repeated.
+    assert_eq!(m.state, contents(&etcd).await);
+
+    // Mid-watch: restart, then change things; the watch resumes from the last revision.
+    m.until(&mut s, "watch established", |m| m.watching == 1)
+        .await;
+    etcd.restart().await;
+    seed(&etcd, 300..320).await;
+    etcd.delete(&format!("{PREFIX}k00001")).await;
+    let want = contents(&etcd).await;
+    m.until(&mut s, "watch resumed", |m| m.state == want).await;
+    assert_eq!(
+        m.init_done, 1,
+        "resumed from the last revision, not listed again"
+    );
+    assert!(
+        !m.errors.is_empty(),
+        "the broken watch was reported: {:?}",
+        m.errors
+    );
+    assert_eq!(m.duplicates, 0);
+}
+
+#[tokio::test]
+async fn compaction_during_a_disconnect_lists_again_and_drains_stale_keys() {
+    let etcd = Etcd::start().await;
+    seed(&etcd, 0..50).await;
+    let proxy = Proxy::start(etcd.client_port).await;
+    let mut s = list_watch(client(proxy.url(), fast_config(16)).await, PREFIX.into());
+    let mut m = Mirror::default();
+    m.until(&mut s, "initial list and watch", |m| {
+        m.init_done == 1 && m.watching == 1
+    })
+    .await;
+
+    proxy.cut();
+    for i in 0..10 {
+        etcd.delete(&format!("{PREFIX}k{i:05}")).await;
+    }
+    seed(&etcd, 50..60).await;
+    etcd.compact().await;
+    proxy.restore();
+
+    let want = contents(&etcd).await;
+    m.until(&mut s, "re-list after compaction", |m| {
+        m.init_done == 2 && m.state == want
+    })
+    .await;
+    assert_eq!(
+        m.deletes, 10,
+        "one delete per key that vanished while disconnected"
+    );
+    assert!(
+        m.errors.iter().any(|e| e.contains("compaction")),
+        "compaction reported: {:?}",
+        m.errors
+    );
+    assert_eq!(m.duplicates, 0, "unchanged keys are not delivered again");
+}

@@ -1,0 +1,189 @@
+//! A real etcd process per test.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// An etcd on free loopback ports with its own data directory; killed on drop.
+pub struct Etcd {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub client_port: u16,
+    peer_port: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it answers.
+    pub async fn start() -> Etcd {
+        let mut etcd = Etcd {
+            child: None,
+            dir: tempfile::Builder::new()
+                .prefix("weft-test-etcd")
+                .tempdir()
+                .unwrap(),
+            client_port: free_port(),
+            peer_port: free_port(),
+        };
+        etcd.spawn().await;
+        etcd
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    async fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new("etcd")
+            .arg("--name")
+            .arg(format!("weft-test-{}", self.client_port))
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args([
+                "--listen-client-urls",
+                &self.url(),
+                "--advertise-client-urls",
+                &self.url(),
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .arg("--initial-cluster")
+            .arg(format!("weft-test-{}={peer}", self.client_port))
+            .args(["--log-level", "error", "--logger", "zap"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("etcd must be installed (Debian etcd-server); run `make deps`");
+        self.child = Some(child);
+        self.wait_ready().await;
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut c) = etcd_client::Client::connect([self.url()], None).await {
+                if tokio::time::timeout(Duration::from_secs(1), c.get("x", None))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+                {
+                    return;
+                }
+            }
+            if tokio::time::Instant::now() > deadline {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
+                panic!("etcd on {} did not start:\n{log}", self.url());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Kills etcd (SIGKILL); its data stays.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.spawn().await;
+    }
+
+    /// Starts etcd again on the same ports with empty data (a lost etcd).
+    pub async fn restart_empty(&mut self) {
+        self.kill();
+        std::fs::remove_dir_all(self.data_dir()).unwrap();
+        self.spawn().await;
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("etcd running").id();
+        let ok = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Freezes etcd (SIGSTOP): connections stay open but nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws etcd (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    pub async fn client(&self) -> etcd_client::Client {
+        etcd_client::Client::connect([self.url()], None)
+            .await
+            .unwrap()
+    }
+
+    pub async fn put(&self, key: &str, value: &str) {
+        self.client().await.put(key, value, None).await.unwrap();
+    }
+
+    pub async fn delete(&self, key: &str) {
+        self.client().await.delete(key, None).await.unwrap();
+    }
+
+    /// Writes many keys, 100 per transaction.
+    pub async fn put_all(&self, kv: &[(String, String)]) {
+        let mut c = self.client().await;
+        for chunk in kv.chunks(100) {
+            let ops: Vec<etcd_client::TxnOp> = chunk
+                .iter()
+                .map(|(k, v)| etcd_client::TxnOp::put(k.as_str(), v.as_str(), None))
+                .collect();
+            c.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
+        }
+    }
+
+    /// Compacts at the current revision.
+    pub async fn compact(&self) -> i64 {
+        let mut c = self.client().await;
+        let rev = c.get("x", None).await.unwrap().header().unwrap().revision();
+        c.compact(
+            rev,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+        rev
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            // A paused etcd would not die of SIGKILL before SIGCONT on every kernel;
+            // continue it first.
+            self.resume();
+        }
+        self.kill();
+    }
+}

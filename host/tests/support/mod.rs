@@ -1,0 +1,164 @@
+//! Test harness: real etcd processes on free loopback ports, a cuttable TCP proxy,
+//! a recording observer and bounded waits.
+#![allow(dead_code)]
+
+mod etcd;
+mod mesh;
+mod proxy;
+
+pub use mesh::Lab;
+
+pub use etcd::Etcd;
+pub use proxy::Proxy;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use weft::clustermesh::{ClusterEvent, Observer, Value};
+
+/// Polls `check` until it returns `Some`, at most `limit`; panics naming `what`.
+pub async fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {limit:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Awaits `f` at most `limit`; panics naming `what`.
+pub async fn within<T>(what: &str, limit: Duration, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {limit:?}: {what}"))
+}
+
+/// Records what the mesh tells its observer: current state per key, and every event.
+#[derive(Default)]
+pub struct Recorder {
+    pub state: Mutex<BTreeMap<(String, String), Value>>,
+    pub upserts: Mutex<usize>,
+    pub deletes: Mutex<Vec<(String, String)>>,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn keys_of(&self, cluster: &str) -> usize {
+        self.state
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|(c, _)| c == cluster)
+            .count()
+    }
+
+    pub fn deletes_of(&self, cluster: &str) -> usize {
+        self.deletes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(c, _)| c == cluster)
+            .count()
+    }
+}
+
+impl Observer for Recorder {
+    fn on_event(&self, event: ClusterEvent<'_>) {
+        match event {
+            ClusterEvent::Upsert {
+                cluster,
+                key,
+                value,
+            } => {
+                *self.upserts.lock().unwrap() += 1;
+                self.state
+                    .lock()
+                    .unwrap()
+                    .insert((cluster.into(), key.into()), value.clone());
+            }
+            ClusterEvent::Delete { cluster, key, .. } => {
+                let removed = self
+                    .state
+                    .lock()
+                    .unwrap()
+                    .remove(&(cluster.into(), key.into()));
+                assert!(
+                    removed.is_some(),
+                    "delete of unknown key {key} of {cluster}"
+                );
+                self.deletes
+                    .lock()
+                    .unwrap()
+                    .push((cluster.into(), key.into()));
+            }
+        }
+    }
+}
+
+/// JSON of a node of `cluster`.
+pub fn node_json(cluster: &str, id: u32, name: &str, ip: &str) -> String {
+    format!(
+        r#"{{"Name":"{name}","Cluster":"{cluster}","ClusterID":{id},"IPAddresses":[{{"Type":"InternalIP","IP":"{ip}"}}]}}"#
+    )
+}
+
+/// JSON of an ipcache entry.
+pub fn ip_json(ip: &str, id: u32) -> String {
+    format!(r#"{{"IP":"{ip}","Mask":null,"HostIP":"192.0.2.1","ID":{id},"Key":0,"Metadata":""}}"#)
+}
+
+/// JSON of a service of `cluster`.
+pub fn service_json(cluster: &str, id: u32, ns: &str, name: &str) -> String {
+    format!(
+        r#"{{"cluster":"{cluster}","namespace":"{ns}","name":"{name}","frontends":{{}},"backends":{{}},"labels":{{}},"selector":{{}},"includeExternal":false,"shared":true,"clusterID":{id}}}"#
+    )
+}
+
+/// Writes a cluster's state in the plain layout: `n` of each resource.
+pub async fn seed_cluster(etcd: &Etcd, cluster: &str, id: u32, n: usize) {
+    let mut kv = Vec::new();
+    for i in 0..n {
+        let ip = format!("10.{}.{}.{}", id, i / 250, i % 250 + 1);
+        kv.push((
+            format!("cilium/state/nodes/v1/{cluster}/node-{i}"),
+            node_json(cluster, id, &format!("node-{i}"), &ip),
+        ));
+        kv.push((
+            format!("cilium/state/ip/v1/default/{ip}"),
+            ip_json(&ip, (id << 16) + 100 + i as u32),
+        ));
+        kv.push((
+            format!(
+                "cilium/state/identities/v1/id/{}",
+                (id << 16) + 100 + i as u32
+            ),
+            format!("k8s:app=a{i};k8s:io.cilium.k8s.policy.cluster={cluster};"),
+        ));
+        kv.push((
+            format!("cilium/state/services/v1/{cluster}/ns/svc-{i}"),
+            service_json(cluster, id, "ns", &format!("svc-{i}")),
+        ));
+    }
+    etcd.put_all(&kv).await;
+}
+
+/// Writes a cluster config.
+pub async fn put_cluster_config(etcd: &Etcd, cluster: &str, json: &str) {
+    etcd.put(&format!("cilium/cluster-config/{cluster}"), json)
+        .await;
+}
+
+/// Writes the clustermesh config file of `cluster` pointing at `url`.
+pub fn write_config_file(dir: &std::path::Path, cluster: &str, url: &str) {
+    let tmp = dir.join(format!(".{cluster}.tmp"));
+    std::fs::write(&tmp, format!("endpoints:\n- {url}\n")).unwrap();
+    std::fs::rename(tmp, dir.join(cluster)).unwrap();
+}

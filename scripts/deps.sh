@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages weft builds and tests with, only when missing.
+set -euo pipefail
+need=()
+command -v etcd >/dev/null || need+=(etcd-server)
+command -v etcdctl >/dev/null || need+=(etcd-client)
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+[ -e /usr/include/google/protobuf/timestamp.proto ] || need+=(libprotobuf-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+fi
