@@ -1,0 +1,274 @@
+//! Cluster mesh configuration and layouts against real etcd: config files, cluster
+//! configs and IDs, canary / immediate / cached layouts, malformed values.
+
+mod support;
+
+use std::time::Duration;
+use support::{node_json, put_cluster_config, seed_cluster, within, Etcd, Lab};
+use tokio::time::Instant;
+
+#[tokio::test]
+async fn immediate_mode_without_a_cluster_config() {
+    let etcd = Etcd::start().await;
+    seed_cluster(&etcd, "c2", 2, 4).await;
+    let lab = Lab::start(256);
+    lab.add("c2", &etcd.url());
+    let s = lab.until("c2 ready", "c2", |s| s.ready).await;
+    assert_eq!(s.id, None, "no config, no announced ID");
+    assert!(s.connected && s.last_error.is_none(), "{s:?}");
+}
+
+#[tokio::test]
+async fn canary_mode_reads_each_resource_only_after_its_canary() {
+    let etcd = Etcd::start().await;
+    put_cluster_config(
+        &etcd,
+        "c2",
+        r#"{"id":2,"capabilities":{"syncedCanaries":true}}"#,
+    )
+    .await;
+    seed_cluster(&etcd, "c2", 2, 4).await;
+    etcd.put("cilium/synced/c2/cilium/state/services/v1", "t")
+        .await;
+    let lab = Lab::start(256);
+    lab.add("c2", &etcd.url());
+    let s = lab
+        .until("services synced", "c2", |s| s.synced.services)
+        .await;
+    assert_eq!(s.id, Some(2));
+    assert_eq!(
+        (s.counts.nodes, s.counts.ipcache, s.counts.identities),
+        (0, 0, 0)
+    );
+    for base in [
+        "cilium/state/nodes/v1",
+        "cilium/state/ip/v1",
+        "cilium/state/identities/v1",
+    ] {
+        etcd.put(&format!("cilium/synced/c2/{base}"), "t").await;
+    }
+    let s = lab.until("c2 ready", "c2", |s| s.ready).await;
+    assert_eq!(
+        (
+            s.counts.nodes,
+            s.counts.ipcache,
+            s.counts.identities,
+            s.counts.services
+        ),
+        (4, 4, 4, 4)
+    );
+}
+
+#[tokio::test]
+async fn cached_layout_is_read_from_the_cache_prefixes() {
+    let etcd = Etcd::start().await;
+    put_cluster_config(
+        &etcd,
+        "c2",
+        r#"{"id":2,"capabilities":{"syncedCanaries":true,"cached":true}}"#,
+    )
+    .await;
+    // The plain layout holds decoys that must not be read.
+    seed_cluster(&etcd, "c2", 2, 3).await;
+    let kv = vec![
+        (
+            "cilium/cache/nodes/v1/c2/n1".to_owned(),
+            node_json("c2", 2, "n1", "10.2.0.1"),
+        ),
+        (
+            "cilium/cache/ip/v1/c2/10.2.0.1".to_owned(),
+            support::ip_json("10.2.0.1", 131172),
+        ),
+        (
+            "cilium/cache/identities/v1/c2/id/131172".to_owned(),
+            "k8s:app=x;".to_owned(),
+        ),
+        (
+            "cilium/cache/services/v1/c2/ns/s".to_owned(),
+            support::service_json("c2", 2, "ns", "s"),
+        ),
+    ];
+    etcd.put_all(&kv).await;
+    for t in ["nodes", "ip", "identities", "services"] {
+        etcd.put(&format!("cilium/synced/c2/cilium/cache/{t}/v1"), "t")
+            .await;
+    }
+    let lab = Lab::start(256);
+    lab.add("c2", &etcd.url());
+    let s = lab.until("c2 ready", "c2", |s| s.ready).await;
+    assert_eq!(
+        (
+            s.counts.nodes,
+            s.counts.ipcache,
+            s.counts.identities,
+            s.counts.services
+        ),
+        (1, 1, 1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_required_but_missing_cluster_config_is_an_error_not_a_fallback() {
+    let etcd = Etcd::start().await;
+    seed_cluster(&etcd, "c2", 2, 2).await;
+    etcd.put("cilium/.has-cluster-config", "true").await;
+    let lab = Lab::start(256);
+    lab.add("c2", &etcd.url());
+    // Lab's cluster_config_timeout is 2 s: first "waiting", then refused.
+    let s = lab
+        .until("refused", "c2", |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("required"))
+        })
+        .await;
+    assert!(
+        !s.ready && s.counts.nodes == 0,
+        "no fallback to the immediate mode: {s:?}"
+    );
+    let report = within(
+        "a refused cluster does not hold waiters",
+        Duration::from_secs(30),
+        lab.mesh
+            .nodes_synced(Instant::now() + Duration::from_secs(600)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.disconnected, ["c2"]);
+    // The config arrives: the cluster is accepted and syncs.
+    put_cluster_config(&etcd, "c2", r#"{"id":2}"#).await;
+    lab.until("accepted once the config exists", "c2", |s| s.ready)
+        .await;
+}
+
+#[tokio::test]
+async fn cluster_id_checks_refuse_with_a_visible_reason() {
+    let etcd = Etcd::start().await;
+    let lab = Lab::start(256);
+    for (cluster, config, reason) in [
+        ("own-id", r#"{"id":1}"#, "own ID"),
+        ("too-big", r#"{"id":300}"#, "outside 1..=255"),
+        (
+            "zero",
+            r#"{"id":0,"capabilities":{"cached":true}}"#,
+            "outside",
+        ),
+        ("garbage", r#"{"id":"x"}"#, "malformed cluster config"),
+    ] {
+        put_cluster_config(&etcd, cluster, config).await;
+        lab.add(cluster, &etcd.url());
+        let s = lab
+            .until(reason, cluster, |s| {
+                s.last_error.as_deref().is_some_and(|e| e.contains(reason))
+            })
+            .await;
+        assert!(!s.connected && !s.ready);
+    }
+    lab.add("local", &etcd.url());
+    lab.until("own name refused", "local", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("own name"))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_changed_cluster_id_is_refused_until_the_cluster_is_re_added() {
+    let etcd = Etcd::start().await;
+    put_cluster_config(&etcd, "c2", r#"{"id":2}"#).await;
+    let lab = Lab::start(256);
+    lab.add("c2", &etcd.url());
+    lab.until("c2 ready", "c2", |s| s.ready).await;
+    put_cluster_config(&etcd, "c2", r#"{"id":7}"#).await;
+    let s = lab
+        .until("refused", "c2", |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("changed from 2 to 7"))
+        })
+        .await;
+    assert!(!s.connected);
+}
+
+#[tokio::test]
+async fn malformed_values_are_counted_and_skipped_without_losing_the_rest() {
+    let etcd = Etcd::start().await;
+    seed_cluster(&etcd, "c2", 2, 5).await;
+    etcd.put("cilium/state/nodes/v1/c2/broken", "{not json")
+        .await;
+    etcd.put(
+        "cilium/state/nodes/v1/c2/alien",
+        &node_json("c9", 9, "alien", "10.9.0.1"),
+    )
+    .await;
+    etcd.put("cilium/state/identities/v1/id/notanumber", "k8s:a=b;")
+        .await;
+    etcd.put(
+        "cilium/state/ip/v1/default/10.0.0.9",
+        r#"{"IP":"10.0.0.8","ID":3}"#,
+    )
+    .await;
+    let lab = Lab::start(2);
+    lab.add("c2", &etcd.url());
+    let s = lab.until("c2 ready", "c2", |s| s.ready).await;
+    assert_eq!(s.malformed, 4);
+    assert_eq!(
+        (
+            s.counts.nodes,
+            s.counts.ipcache,
+            s.counts.identities,
+            s.counts.services
+        ),
+        (5, 5, 5, 5)
+    );
+    assert!(s.connected, "malformed values do not break the connection");
+
+    // A good value turned bad goes away (its state is unknown); the others stay.
+    etcd.put("cilium/state/nodes/v1/c2/node-0", "[]").await;
+    let s = lab
+        .until("bad update counted", "c2", |s| s.malformed == 5)
+        .await;
+    assert_eq!(s.counts.nodes, 4);
+    assert!(s
+        .last_error
+        .unwrap()
+        .contains("cilium/state/nodes/v1/c2/node-0"));
+}
+
+#[tokio::test]
+async fn config_files_added_changed_and_removed() {
+    let (one, two) = (Etcd::start().await, Etcd::start().await);
+    seed_cluster(&one, "c2", 2, 5).await;
+    seed_cluster(&two, "c2", 2, 3).await;
+    let lab = Lab::start(256);
+    lab.add("c2", &one.url());
+    lab.until("c2 from the first etcd", "c2", |s| {
+        s.ready && s.counts.nodes == 5
+    })
+    .await;
+
+    // Changed: reconnect to the other etcd; what it lacks is drained.
+    lab.add("c2", &two.url());
+    lab.until("c2 from the second etcd", "c2", |s| {
+        s.counts.nodes == 3 && s.counts.services == 3
+    })
+    .await;
+    assert_eq!(lab.recorder.deletes_of("c2"), 8);
+    assert_eq!(lab.recorder.keys_of("c2"), 12);
+
+    // A broken file: refused with the file named, the other clusters untouched.
+    std::fs::write(lab.dir.path().join("c3"), "endpoints: []\n").unwrap();
+    let s = lab
+        .until("c3 refused", "c3", |s| s.last_error.is_some())
+        .await;
+    assert!(s.last_error.unwrap().contains("lists no endpoints"));
+    assert!(lab.status_of("c2").unwrap().ready);
+
+    lab.remove("c2");
+    support::eventually("c2 gone", Duration::from_secs(30), || {
+        lab.status_of("c2").is_none().then_some(())
+    })
+    .await;
+    assert_eq!(lab.recorder.keys_of("c2"), 0);
+}
