@@ -1,0 +1,141 @@
+//! `weftd` end to end: two agents in two clusters (one etcd each) publish their nodes
+//! and see each other; the status JSON contract; the node record outlives etcd's loss.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use support::{eventually, Etcd};
+
+const WEFTD: &str = env!("CARGO_BIN_EXE_weftd");
+
+struct Agent {
+    child: Child,
+    state: tempfile::TempDir,
+    pub mesh_dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(cluster: &str, id: u32, etcd: &Etcd) -> Agent {
+        let state = tempfile::tempdir().unwrap();
+        let mesh_dir = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(state.path().join("weftd.log")).unwrap();
+        let child = Command::new(WEFTD)
+            .arg("run")
+            .env("WEFT_CLUSTER_NAME", cluster) // flags also come from the environment
+            .args(["--cluster-id", &id.to_string(), "--kvstore-endpoints", &etcd.url()])
+            .arg("--clustermesh-config")
+            .arg(mesh_dir.path())
+            .arg("--state-dir")
+            .arg(state.path())
+            .args(["--node-name", &format!("{cluster}-node"), "--node-ip", "127.0.0.1"])
+            .args(["--log-format", "json"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Agent { child, state, mesh_dir }
+    }
+
+    fn status_json(&self) -> Option<serde_json::Value> {
+        let out = Command::new(WEFTD)
+            .args(["status", "-o", "json", "--state-dir"])
+            .arg(self.state.path())
+            .output()
+            .unwrap();
+        out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cluster_config(name: &str, id: u32, etcd: &Etcd, canaries: bool) {
+    let mut cmd = Command::new(WEFTD);
+    cmd.args(["cluster-config", "--cluster-name", name, "--cluster-id", &id.to_string()])
+        .args(["--kvstore-endpoints", &etcd.url()]);
+    if canaries {
+        cmd.arg("--synced-canaries");
+    }
+    assert!(cmd.status().unwrap().success());
+}
+
+#[tokio::test]
+async fn two_agents_in_two_clusters_see_each_other() {
+    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
+    cluster_config("cluster1", 1, &e1, false);
+    cluster_config("cluster2", 2, &e2, true);
+    let a1 = Agent::start("cluster1", 1, &e1);
+    let a2 = Agent::start("cluster2", 2, &e2);
+    support::write_config_file(a1.mesh_dir.path(), "cluster2", &e2.url());
+    support::write_config_file(a2.mesh_dir.path(), "cluster1", &e1.url());
+
+    for (agent, own, remote, id) in [(&a1, "cluster1", "cluster2", 2), (&a2, "cluster2", "cluster1", 1)] {
+        let status = eventually(&format!("{own} sees {remote}'s node"), Duration::from_secs(30), || {
+            agent.status_json().filter(|s| s["clusters"][0]["counts"]["nodes"] == 1)
+        })
+        .await;
+        assert_eq!(status["cluster"], own);
+        let c = &status["clusters"][0];
+        let keys: Vec<&String> = c.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["connected", "counts", "id", "last_error", "malformed", "name", "ready", "synced"],
+            "the status contract"
+        );
+        assert_eq!((&c["name"], &c["id"], &c["connected"]), (&remote.into(), &id.into(), &true.into()));
+        assert_eq!(c["synced"]["nodes"], true);
+        assert_eq!(c["last_error"], serde_json::Value::Null);
+    }
+    // cluster2 announces canaries but nobody writes the ipcache one: pending, visibly.
+    let s = a1.status_json().unwrap();
+    assert_eq!(s["clusters"][0]["synced"]["ipcache"], false);
+    assert_eq!(s["clusters"][0]["ready"], false);
+    // cluster1 has no canaries: everything synced.
+    let s = a2.status_json().unwrap();
+    assert_eq!(s["clusters"][0]["ready"], true);
+}
+
+#[tokio::test]
+async fn node_record_is_published_again_after_etcd_loses_it() {
+    let mut etcd = Etcd::start().await;
+    let _agent = Agent::start("cluster1", 1, &etcd);
+    let key = "cilium/state/nodes/v1/cluster1/cluster1-node";
+    let get = |etcd: &Etcd| {
+        let url = etcd.url();
+        async move {
+            let mut c = etcd_client::Client::connect([url], None).await.ok()?;
+            let r = c.get(key, None).await.ok()?;
+            let kv = r.kvs().first()?;
+            Some((kv.value().to_vec(), kv.lease()))
+        }
+    };
+    let deadline = Duration::from_secs(30);
+    let (value, lease) = support::within("node published", deadline, async {
+        loop {
+            if let Some(v) = get(&etcd).await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_ne!(lease, 0, "the record lives on a lease");
+    let node: weft::model::Node = serde_json::from_slice(&value).unwrap();
+    assert_eq!((node.name.as_str(), node.cluster.as_str(), node.cluster_id), ("cluster1-node", "cluster1", 1));
+
+    etcd.restart_empty().await;
+    support::within("node published again on a new etcd", deadline, async {
+        loop {
+            if get(&etcd).await.is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
