@@ -23,18 +23,32 @@ impl Agent {
         let child = Command::new(WEFTD)
             .arg("run")
             .env("WEFT_CLUSTER_NAME", cluster) // flags also come from the environment
-            .args(["--cluster-id", &id.to_string(), "--kvstore-endpoints", &etcd.url()])
+            .args([
+                "--cluster-id",
+                &id.to_string(),
+                "--kvstore-endpoints",
+                &etcd.url(),
+            ])
             .arg("--clustermesh-config")
             .arg(mesh_dir.path())
             .arg("--state-dir")
             .arg(state.path())
-            .args(["--node-name", &format!("{cluster}-node"), "--node-ip", "127.0.0.1"])
+            .args([
+                "--node-name",
+                &format!("{cluster}-node"),
+                "--node-ip",
+                "127.0.0.1",
+            ])
             .args(["--log-format", "json"])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .unwrap();
-        Agent { child, state, mesh_dir }
+        Agent {
+            child,
+            state,
+            mesh_dir,
+        }
     }
 
     fn status_json(&self) -> Option<serde_json::Value> {
@@ -43,7 +57,9 @@ impl Agent {
             .arg(self.state.path())
             .output()
             .unwrap();
-        out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).unwrap())
     }
 }
 
@@ -56,8 +72,14 @@ impl Drop for Agent {
 
 fn cluster_config(name: &str, id: u32, etcd: &Etcd, canaries: bool) {
     let mut cmd = Command::new(WEFTD);
-    cmd.args(["cluster-config", "--cluster-name", name, "--cluster-id", &id.to_string()])
-        .args(["--kvstore-endpoints", &etcd.url()]);
+    cmd.args([
+        "cluster-config",
+        "--cluster-name",
+        name,
+        "--cluster-id",
+        &id.to_string(),
+    ])
+    .args(["--kvstore-endpoints", &etcd.url()]);
     if canaries {
         cmd.arg("--synced-canaries");
     }
@@ -74,20 +96,41 @@ async fn two_agents_in_two_clusters_see_each_other() {
     support::write_config_file(a1.mesh_dir.path(), "cluster2", &e2.url());
     support::write_config_file(a2.mesh_dir.path(), "cluster1", &e1.url());
 
-    for (agent, own, remote, id) in [(&a1, "cluster1", "cluster2", 2), (&a2, "cluster2", "cluster1", 1)] {
-        let status = eventually(&format!("{own} sees {remote}'s node"), Duration::from_secs(30), || {
-            agent.status_json().filter(|s| s["clusters"][0]["counts"]["nodes"] == 1)
-        })
+    for (agent, own, remote, id) in [
+        (&a1, "cluster1", "cluster2", 2),
+        (&a2, "cluster2", "cluster1", 1),
+    ] {
+        let status = eventually(
+            &format!("{own} sees {remote}'s node"),
+            Duration::from_secs(30),
+            || {
+                agent
+                    .status_json()
+                    .filter(|s| s["clusters"][0]["counts"]["nodes"] == 1)
+            },
+        )
         .await;
         assert_eq!(status["cluster"], own);
         let c = &status["clusters"][0];
         let keys: Vec<&String> = c.as_object().unwrap().keys().collect();
         assert_eq!(
             keys,
-            ["connected", "counts", "id", "last_error", "malformed", "name", "ready", "synced"],
+            [
+                "connected",
+                "counts",
+                "id",
+                "last_error",
+                "malformed",
+                "name",
+                "ready",
+                "synced"
+            ],
             "the status contract"
         );
-        assert_eq!((&c["name"], &c["id"], &c["connected"]), (&remote.into(), &id.into(), &true.into()));
+        assert_eq!(
+            (&c["name"], &c["id"], &c["connected"]),
+            (&remote.into(), &id.into(), &true.into())
+        );
         assert_eq!(c["synced"]["nodes"], true);
         assert_eq!(c["last_error"], serde_json::Value::Null);
     }
@@ -126,7 +169,10 @@ async fn node_record_is_published_again_after_etcd_loses_it() {
     .await;
     assert_ne!(lease, 0, "the record lives on a lease");
     let node: weft::model::Node = serde_json::from_slice(&value).unwrap();
-    assert_eq!((node.name.as_str(), node.cluster.as_str(), node.cluster_id), ("cluster1-node", "cluster1", 1));
+    assert_eq!(
+        (node.name.as_str(), node.cluster.as_str(), node.cluster_id),
+        ("cluster1-node", "cluster1", 1)
+    );
 
     etcd.restart_empty().await;
     support::within("node published again on a new etcd", deadline, async {

@@ -132,20 +132,36 @@ impl Driver {
     /// error that broke the list (the next attempt starts over).
     async fn list(&mut self) -> Result<Result<i64, Error>, Closed> {
         let end = prefix_range_end(&self.prefix);
-        let mut start = self.prefix.as_bytes().to_vec();
+        let start = self.prefix.as_bytes().to_vec();
         let mut revision = 0;
         let mut seen = HashSet::with_capacity(self.known.len());
+        let mut next: Option<tokio::task::JoinHandle<Result<etcd_client::GetResponse, Error>>> =
+            None;
         loop {
-            let resp = match self
-                .client
-                .range_page(start.clone(), end.clone(), revision)
-                .await
-            {
+            let page = match next.take() {
+                Some(task) => task.await.expect("page request task panicked"),
+                None => {
+                    self.client
+                        .range_page(start.clone(), end.clone(), revision)
+                        .await
+                }
+            };
+            let resp = match page {
                 Ok(r) => r,
                 Err(e) => return Ok(Err(e)),
             };
             if revision == 0 {
                 revision = resp.header().map_or(0, |h| h.revision());
+            }
+            // Ask for the next page before handing this one on: etcd reads while the
+            // consumer decodes.
+            if let Some(last) = resp.kvs().last().filter(|_| resp.more()) {
+                let mut from = last.key().to_vec();
+                from.push(0);
+                let (client, end) = (self.client.clone(), end.clone());
+                next = Some(tokio::spawn(async move {
+                    client.range_page(from, end, revision).await
+                }));
             }
             for kv in resp.kvs() {
                 let key = match key_string(kv.key()) {
@@ -166,12 +182,8 @@ impl Driver {
                     self.send(Ok(event)).await?;
                 }
             }
-            match resp.kvs().last() {
-                Some(last) if resp.more() => {
-                    start = last.key().to_vec();
-                    start.push(0);
-                }
-                _ => break,
+            if next.is_none() {
+                break;
             }
         }
         let stale: Vec<String> = self

@@ -1,6 +1,6 @@
 //! Test harness: real etcd processes on free loopback ports, a cuttable TCP proxy,
 //! a recording observer and bounded waits.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 mod etcd;
 mod mesh;
