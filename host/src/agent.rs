@@ -92,9 +92,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let m = mesh.clone();
         let timeout = config.ip_identities_sync_timeout;
         tasks.spawn(async move {
-            // Give the directory's first scan a moment to add the clusters present at
-            // start, then wait as endpoint regeneration will.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            // Wait as endpoint regeneration will, for the clusters present at start.
+            m.config_dir_synced().await;
             let deadline = tokio::time::Instant::now() + timeout;
             match m.ip_identities_synced(deadline).await {
                 Ok(r) => tracing::info!(synced = ?r.synced, disconnected = ?r.disconnected, "remote ipcache and identities synced"),

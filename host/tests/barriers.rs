@@ -22,15 +22,7 @@ async fn barrier_released_exactly_when_the_initial_list_is_in() {
     let lab = Lab::start(7);
     lab.add("c2", &etcd.url());
     let s = lab.until("c2 ready", "c2", |s| s.ready).await;
-    assert_eq!(
-        (
-            s.counts.nodes,
-            s.counts.ipcache,
-            s.counts.identities,
-            s.counts.services
-        ),
-        (60, 60, 60, 60)
-    );
+    assert_eq!(support::counts(&s), (60, 60, 60, 60));
     let seen = lab.seen_counts.lock().unwrap().clone();
     assert_eq!(seen.len(), 4, "one callback per resource: {seen:?}");
     for (r, cluster, n) in seen {
@@ -236,13 +228,7 @@ async fn removal_drains_all_state_and_frees_the_cluster_id() {
     assert_eq!(lab.recorder.keys_of("ca"), 40);
 
     lab.add("cb", &b.url());
-    let refused = lab
-        .until("cb refused", "cb", |s| {
-            s.last_error
-                .as_deref()
-                .is_some_and(|e| e.contains("already used"))
-        })
-        .await;
+    let refused = lab.until_error("cb", "already used").await;
     assert!(!refused.connected && refused.last_error.unwrap().contains("\"ca\""));
 
     lab.remove("ca");

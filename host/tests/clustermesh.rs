@@ -48,15 +48,7 @@ async fn canary_mode_reads_each_resource_only_after_its_canary() {
         etcd.put(&format!("cilium/synced/c2/{base}"), "t").await;
     }
     let s = lab.until("c2 ready", "c2", |s| s.ready).await;
-    assert_eq!(
-        (
-            s.counts.nodes,
-            s.counts.ipcache,
-            s.counts.identities,
-            s.counts.services
-        ),
-        (4, 4, 4, 4)
-    );
+    assert_eq!(support::counts(&s), (4, 4, 4, 4));
 }
 
 #[tokio::test]
@@ -96,15 +88,7 @@ async fn cached_layout_is_read_from_the_cache_prefixes() {
     let lab = Lab::start(256);
     lab.add("c2", &etcd.url());
     let s = lab.until("c2 ready", "c2", |s| s.ready).await;
-    assert_eq!(
-        (
-            s.counts.nodes,
-            s.counts.ipcache,
-            s.counts.identities,
-            s.counts.services
-        ),
-        (1, 1, 1, 1)
-    );
+    assert_eq!(support::counts(&s), (1, 1, 1, 1));
 }
 
 #[tokio::test]
@@ -115,13 +99,7 @@ async fn a_required_but_missing_cluster_config_is_an_error_not_a_fallback() {
     let lab = Lab::start(256);
     lab.add("c2", &etcd.url());
     // Lab's cluster_config_timeout is 2 s: first "waiting", then refused.
-    let s = lab
-        .until("refused", "c2", |s| {
-            s.last_error
-                .as_deref()
-                .is_some_and(|e| e.contains("required"))
-        })
-        .await;
+    let s = lab.until_error("c2", "required").await;
     assert!(
         !s.ready && s.counts.nodes == 0,
         "no fallback to the immediate mode: {s:?}"
@@ -157,20 +135,11 @@ async fn cluster_id_checks_refuse_with_a_visible_reason() {
     ] {
         put_cluster_config(&etcd, cluster, config).await;
         lab.add(cluster, &etcd.url());
-        let s = lab
-            .until(reason, cluster, |s| {
-                s.last_error.as_deref().is_some_and(|e| e.contains(reason))
-            })
-            .await;
+        let s = lab.until_error(cluster, reason).await;
         assert!(!s.connected && !s.ready);
     }
     lab.add("local", &etcd.url());
-    lab.until("own name refused", "local", |s| {
-        s.last_error
-            .as_deref()
-            .is_some_and(|e| e.contains("own name"))
-    })
-    .await;
+    lab.until_error("local", "own name").await;
 }
 
 #[tokio::test]
@@ -181,13 +150,7 @@ async fn a_changed_cluster_id_is_refused_until_the_cluster_is_re_added() {
     lab.add("c2", &etcd.url());
     lab.until("c2 ready", "c2", |s| s.ready).await;
     put_cluster_config(&etcd, "c2", r#"{"id":7}"#).await;
-    let s = lab
-        .until("refused", "c2", |s| {
-            s.last_error
-                .as_deref()
-                .is_some_and(|e| e.contains("changed from 2 to 7"))
-        })
-        .await;
+    let s = lab.until_error("c2", "changed from 2 to 7").await;
     assert!(!s.connected);
 }
 
@@ -213,15 +176,7 @@ async fn malformed_values_are_counted_and_skipped_without_losing_the_rest() {
     lab.add("c2", &etcd.url());
     let s = lab.until("c2 ready", "c2", |s| s.ready).await;
     assert_eq!(s.malformed, 4);
-    assert_eq!(
-        (
-            s.counts.nodes,
-            s.counts.ipcache,
-            s.counts.identities,
-            s.counts.services
-        ),
-        (5, 5, 5, 5)
-    );
+    assert_eq!(support::counts(&s), (5, 5, 5, 5));
     assert!(s.connected, "malformed values do not break the connection");
 
     // A good value turned bad goes away (its state is unknown); the others stay.

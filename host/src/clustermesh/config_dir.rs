@@ -24,6 +24,8 @@ pub enum DirEvent {
         /// The cluster's name.
         name: String,
     },
+    /// Every file present at start was reported (sent once, after the first scan).
+    InitDone,
 }
 
 /// How often the directory is rescanned even without a notification: inotify misses
@@ -31,7 +33,8 @@ pub enum DirEvent {
 /// seen by a scan.
 const RESCAN: Duration = Duration::from_secs(2);
 
-/// Watches `dir`: one [`DirEvent::Upsert`] per file at start, then one event per change.
+/// Watches `dir`: one [`DirEvent::Upsert`] per file at start and [`DirEvent::InitDone`],
+/// then one event per change.
 /// Hidden files (Kubernetes' `..data` links) are ignored; the stream stops when dropped.
 pub fn watch_dir(dir: PathBuf) -> ReceiverStream<DirEvent> {
     let (tx, rx) = mpsc::channel(64);
@@ -39,11 +42,16 @@ pub fn watch_dir(dir: PathBuf) -> ReceiverStream<DirEvent> {
         let (wake_tx, mut wake) = mpsc::unbounded_channel();
         let mut watcher = None;
         let mut known: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let mut init_done = false;
         loop {
             if watcher.is_none() {
                 watcher = start_notify(&dir, wake_tx.clone());
             }
-            for event in rescan(&dir, &mut known) {
+            let mut events = rescan(&dir, &mut known);
+            if !std::mem::replace(&mut init_done, true) {
+                events.push(DirEvent::InitDone);
+            }
+            for event in events {
                 if tx.send(event).await.is_err() {
                     return;
                 }
@@ -135,6 +143,7 @@ mod tests {
             }
             e => panic!("unexpected {e:?}"),
         }
+        assert!(matches!(next(&mut s).await, DirEvent::InitDone));
         std::fs::write(dir.path().join("c1"), "endpoints: [http://127.0.0.1:2]\n").unwrap();
         match next(&mut s).await {
             DirEvent::Upsert { name, config } => {

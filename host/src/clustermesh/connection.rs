@@ -107,10 +107,11 @@ async fn connect(
 async fn watch(cluster: &RemoteCluster, conn: Connected) -> String {
     let name = &*cluster.name;
     let config_key = cluster_config_key(name);
+    let prefixes = Resource::ALL.map(|r| conn.layout.prefix(r, name));
     let mut streams = StreamMap::new();
     let start = |streams: &mut StreamMap<_, _>, r: Resource| {
         cluster.begin_resync(r);
-        let prefix = conn.layout.prefix(r, name);
+        let prefix = prefixes[r.index()].clone();
         streams.insert(
             StreamKey::Resource(r),
             list_watch(conn.client.clone(), prefix),
@@ -137,10 +138,7 @@ async fn watch(cluster: &RemoteCluster, conn: Connected) -> String {
             }
         };
         match (key, event) {
-            (StreamKey::Resource(r), event) => {
-                let prefix = conn.layout.prefix(r, name);
-                cluster.apply(r, &prefix, event);
-            }
+            (StreamKey::Resource(r), event) => cluster.apply(r, &prefixes[r.index()], event),
             (StreamKey::Config, Event::Upsert { key, value, .. }) if key == config_key => {
                 if conn.config.as_deref() != Some(&value[..]) {
                     return "cluster config changed".into();

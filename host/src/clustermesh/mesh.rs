@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     pub(crate) clusters: Mutex<BTreeMap<String, Member>>,
     /// Serialises add/change/remove/stop; never held by a wait.
     changes: tokio::sync::Mutex<bool>,
+    /// Set once the clusters present in the config directory at start were added.
+    dir_synced: tokio::sync::watch::Sender<bool>,
 }
 
 pub(crate) struct Member {
@@ -56,6 +58,7 @@ impl ClusterMesh {
                 ids: Mutex::new(ids),
                 clusters: Mutex::new(BTreeMap::new()),
                 changes: tokio::sync::Mutex::new(false),
+                dir_synced: tokio::sync::watch::Sender::new(false),
             }),
         }
     }
@@ -155,11 +158,22 @@ impl ClusterMesh {
             match event {
                 DirEvent::Upsert { name, config } => self.upsert_cluster(&name, config).await,
                 DirEvent::Remove { name } => self.remove_cluster(&name).await,
+                DirEvent::InitDone => {
+                    self.shared.dir_synced.send_replace(true);
+                }
             }
             if *self.shared.changes.lock().await {
                 return;
             }
         }
+    }
+
+    /// Returns once the clusters whose files were in the config directory at start
+    /// have been added, so that a mesh-wide wait started then includes them.
+    pub async fn config_dir_synced(&self) {
+        let mut rx = self.shared.dir_synced.subscribe();
+        // The sender lives as long as the mesh: this only ends when it is set.
+        let _ = rx.wait_for(|synced| *synced).await;
     }
 
     /// Every remote cluster's status, by name.

@@ -4,7 +4,7 @@ use super::Recorder;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use weft::clustermesh::{self, ClusterMesh, ClusterStatus, Resource, SyncCallbacks};
+use weft::clustermesh::{self, ClusterMesh, ClusterStatus, Counts, Resource, SyncCallbacks};
 
 /// A mesh whose own cluster is `own` with ID 1, following a temp config dir.
 pub struct Lab {
@@ -84,6 +84,15 @@ impl Lab {
         .await
     }
 
+    /// Waits until `cluster`'s last error mentions `needle`.
+    pub async fn until_error(&self, cluster: &str, needle: &str) -> ClusterStatus {
+        let what = format!("{cluster}: an error mentioning {needle:?}");
+        self.until(&what, cluster, |s| {
+            s.last_error.as_deref().is_some_and(|e| e.contains(needle))
+        })
+        .await
+    }
+
     pub fn calls(&self, r: Resource) -> usize {
         self.callbacks[r.index()].load(Ordering::SeqCst)
     }
@@ -93,4 +102,15 @@ impl Drop for Lab {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// Per-resource counts as a tuple (nodes, ipcache, identities, services).
+pub fn counts(s: &ClusterStatus) -> (usize, usize, usize, usize) {
+    let Counts {
+        nodes,
+        ipcache,
+        identities,
+        services,
+    } = s.counts;
+    (nodes, ipcache, identities, services)
 }

@@ -6,7 +6,7 @@ mod etcd;
 mod mesh;
 mod proxy;
 
-pub use mesh::Lab;
+pub use mesh::{counts, Lab};
 
 pub use etcd::Etcd;
 pub use proxy::Proxy;
