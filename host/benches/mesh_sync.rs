@@ -86,6 +86,40 @@ async fn raw_read(etcd: &Etcd) -> (Duration, usize) {
     (start.elapsed(), n)
 }
 
+const PREFIXES: [&str; 4] = [
+    "cilium/state/nodes/v1/bench/",
+    "cilium/state/ip/v1/default/",
+    "cilium/state/identities/v1/id/",
+    "cilium/state/services/v1/bench/",
+];
+
+/// A breakdown: `kvstore::list_watch` alone on the four prefixes at once, events
+/// counted and dropped (no decoding, no stores).
+async fn list_watch_only(etcd: &Etcd) -> Duration {
+    use futures::StreamExt;
+    let endpoints = weft::kvstore::Endpoints {
+        urls: vec![etcd.url()],
+        ..Default::default()
+    };
+    let config = weft::kvstore::Config::default().unlimited();
+    let client = weft::kvstore::Client::connect(&endpoints, &config)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let lists = PREFIXES.map(|p| {
+        let mut s = weft::kvstore::list_watch(client.clone(), p.to_owned());
+        async move {
+            while let Some(Ok(e)) = s.next().await {
+                if matches!(e, weft::kvstore::Event::InitDone { .. }) {
+                    break;
+                }
+            }
+        }
+    });
+    futures::future::join_all(lists).await;
+    start.elapsed()
+}
+
 /// The agent: a fresh `weftd`, then the cluster's file written; returns the time until
 /// `ready` and the agent's peak resident memory in KiB.
 async fn agent_sync(etcd: &Etcd) -> (Duration, u64) {
@@ -150,8 +184,9 @@ async fn main() {
         let (r, n) = raw_read(&etcd).await;
         assert_eq!(n, keys);
         let (a, hwm) = agent_sync(&etcd).await;
+        let lw = list_watch_only(&etcd).await;
         println!(
-            "round {round}: raw paged read {r:.2?}, weftd add→ready {a:.2?}, peak RSS {} MiB",
+            "round {round}: raw paged read {r:.2?}, weftd add→ready {a:.2?} (list_watch alone {lw:.2?}), peak RSS {} MiB",
             hwm / 1024
         );
         raw.push(r);

@@ -5,6 +5,8 @@ use crate::kvstore::Endpoints;
 use notify::Watcher as _;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -37,6 +39,11 @@ const RESCAN: Duration = Duration::from_secs(2);
 /// then one event per change.
 /// Hidden files (Kubernetes' `..data` links) are ignored; the stream stops when dropped.
 pub fn watch_dir(dir: PathBuf) -> ReceiverStream<DirEvent> {
+    watch_dir_counting(dir, Arc::default())
+}
+
+/// [`watch_dir`], counting the scans in `scans` (for tests).
+fn watch_dir_counting(dir: PathBuf, scans: Arc<AtomicUsize>) -> ReceiverStream<DirEvent> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         let (wake_tx, mut wake) = mpsc::unbounded_channel();
@@ -47,6 +54,7 @@ pub fn watch_dir(dir: PathBuf) -> ReceiverStream<DirEvent> {
             if watcher.is_none() {
                 watcher = start_notify(&dir, wake_tx.clone());
             }
+            scans.fetch_add(1, Ordering::Relaxed);
             let mut events = rescan(&dir, &mut known);
             if !std::mem::replace(&mut init_done, true) {
                 events.push(DirEvent::InitDone);
@@ -67,8 +75,12 @@ pub fn watch_dir(dir: PathBuf) -> ReceiverStream<DirEvent> {
 }
 
 fn start_notify(dir: &Path, wake: mpsc::UnboundedSender<()>) -> Option<notify::RecommendedWatcher> {
-    let mut w = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
-        let _ = wake.send(());
+    let mut w = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Reading the files during a rescan produces open/access events: waking on
+        // those would rescan forever.
+        if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
+            let _ = wake.send(());
+        }
     })
     .ok()?;
     w.watch(dir, notify::RecursiveMode::NonRecursive).ok()?;
@@ -165,5 +177,20 @@ mod tests {
             DirEvent::Remove { name } => assert_eq!(name, "c1"),
             e => panic!("unexpected {e:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_directory_is_not_rescanned_in_a_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c1"), "endpoints: [http://127.0.0.1:1]\n").unwrap();
+        let scans = Arc::new(AtomicUsize::new(0));
+        let mut s = watch_dir_counting(dir.path().to_owned(), scans.clone());
+        assert!(matches!(next(&mut s).await, DirEvent::Upsert { .. }));
+        assert!(matches!(next(&mut s).await, DirEvent::InitDone));
+        // Reading c1 during a scan must not wake the watcher again. Observe an idle
+        // interval shorter than the periodic rescan.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let n = scans.load(Ordering::Relaxed);
+        assert!(n <= 2, "{n} scans of an unchanged directory in 0.5 s");
     }
 }
