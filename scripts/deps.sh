@@ -5,6 +5,7 @@ need=()
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
+command -v openssl >/dev/null || need+=(openssl)
 [ -e /usr/include/google/protobuf/timestamp.proto ] || need+=(libprotobuf-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"

@@ -227,3 +227,37 @@ async fn config_files_added_changed_and_removed() {
     .await;
     assert_eq!(lab.recorder.keys_of("c2"), 0);
 }
+
+#[tokio::test]
+async fn a_tls_cluster_is_read_with_the_files_its_config_names() {
+    let etcd = Etcd::start_tls(support::Pki::new()).await;
+    seed_cluster(&etcd, "c2", 2, 3).await;
+    let pki = etcd.tls.as_ref().unwrap();
+    let lab = Lab::start(256);
+    let file = |with_client_cert: bool| {
+        let mut text = format!(
+            "endpoints:\n- {}\ntrusted-ca-file: {}\n",
+            etcd.url(),
+            pki.path("ca.crt").display()
+        );
+        if with_client_cert {
+            text += &format!(
+                "cert-file: {}\nkey-file: {}\n",
+                pki.path("client.crt").display(),
+                pki.path("client.key").display()
+            );
+        }
+        std::fs::write(lab.dir.path().join("c2"), text).unwrap();
+    };
+    // Control: without the client certificate etcd refuses the connection.
+    file(false);
+    let s = lab
+        .until("an error without a client certificate", "c2", |s| {
+            s.last_error.is_some()
+        })
+        .await;
+    assert!(!s.connected && s.counts.nodes == 0, "{s:?}");
+    file(true);
+    let s = lab.until("c2 ready over TLS", "c2", |s| s.ready).await;
+    assert_eq!(support::counts(&s), (3, 3, 3, 3));
+}

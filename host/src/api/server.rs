@@ -28,6 +28,8 @@ pub fn serve(
     Ok(async move {
         loop {
             let Ok((mut conn, _)) = listener.accept().await else {
+                // Out of file descriptors, say: do not spin.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             };
             let status = status.clone();

@@ -11,6 +11,8 @@ pub struct Etcd {
     pub dir: tempfile::TempDir,
     pub client_port: u16,
     peer_port: u16,
+    /// Serve clients over TLS with client-certificate authentication.
+    pub tls: Option<super::Pki>,
 }
 
 fn free_port() -> u16 {
@@ -24,6 +26,15 @@ fn free_port() -> u16 {
 impl Etcd {
     /// Starts etcd and waits until it answers.
     pub async fn start() -> Etcd {
+        Self::start_with(None).await
+    }
+
+    /// Starts etcd serving clients over TLS, requiring client certificates of `pki`.
+    pub async fn start_tls(pki: super::Pki) -> Etcd {
+        Self::start_with(Some(pki)).await
+    }
+
+    async fn start_with(tls: Option<super::Pki>) -> Etcd {
         let mut etcd = Etcd {
             child: None,
             dir: tempfile::Builder::new()
@@ -32,13 +43,15 @@ impl Etcd {
                 .unwrap(),
             client_port: free_port(),
             peer_port: free_port(),
+            tls,
         };
         etcd.spawn().await;
         etcd
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -48,7 +61,14 @@ impl Etcd {
     async fn spawn(&mut self) {
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new("etcd")
+        let mut cmd = Command::new("etcd");
+        if let Some(pki) = &self.tls {
+            cmd.arg("--cert-file").arg(pki.path("server.crt"));
+            cmd.arg("--key-file").arg(pki.path("server.key"));
+            cmd.arg("--trusted-ca-file").arg(pki.path("ca.crt"));
+            cmd.arg("--client-cert-auth");
+        }
+        let child = cmd
             .arg("--name")
             .arg(format!("weft-test-{}", self.client_port))
             .arg("--data-dir")
@@ -80,7 +100,7 @@ impl Etcd {
     async fn wait_ready(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(mut c) = etcd_client::Client::connect([self.url()], None).await {
+            if let Ok(mut c) = etcd_client::Client::connect([self.url()], self.options()).await {
                 if tokio::time::timeout(Duration::from_secs(1), c.get("x", None))
                     .await
                     .is_ok_and(|r| r.is_ok())
@@ -137,8 +157,12 @@ impl Etcd {
         self.signal("-CONT");
     }
 
+    fn options(&self) -> Option<etcd_client::ConnectOptions> {
+        self.tls.as_ref().map(|pki| pki.client_options())
+    }
+
     pub async fn client(&self) -> etcd_client::Client {
-        etcd_client::Client::connect([self.url()], None)
+        etcd_client::Client::connect([self.url()], self.options())
             .await
             .unwrap()
     }

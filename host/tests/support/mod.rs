@@ -5,11 +5,13 @@
 mod etcd;
 mod mesh;
 mod proxy;
+mod tls;
 
 pub use mesh::{counts, Lab};
 
 pub use etcd::Etcd;
 pub use proxy::Proxy;
+pub use tls::Pki;
 
 use std::collections::BTreeMap;
 use std::future::Future;
