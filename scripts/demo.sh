@@ -19,7 +19,7 @@ trap cleanup EXIT INT TERM
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-start_etcd() { # name -> prints the client URL
+start_etcd() { # name -> sets ETCD_URL (not in a subshell: its PID must reach cleanup)
   local name=$1 cport pport
   cport=$(free_port); pport=$(free_port)
   etcd --name "weft-demo-$name" --data-dir "$lab/$name-etcd" \
@@ -32,7 +32,7 @@ start_etcd() { # name -> prints the client URL
     ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$cport" endpoint health >/dev/null 2>&1 && break
     sleep 0.1
   done
-  echo "http://127.0.0.1:$cport"
+  ETCD_URL="http://127.0.0.1:$cport"
 }
 
 start_weftd() { # cluster id etcd-url
@@ -48,7 +48,8 @@ status() { "$WEFTD" status --state-dir "$lab/$1/state"; }
 put() { ETCDCTL_API=3 etcdctl --endpoints "$E2" put "$1" "$2" >/dev/null; }
 
 step "two clusters on loopback, one etcd each"
-E1=$(start_etcd cluster1); E2=$(start_etcd cluster2)
+start_etcd cluster1; E1=$ETCD_URL
+start_etcd cluster2; E2=$ETCD_URL
 echo "cluster1 etcd: $E1"; echo "cluster2 etcd: $E2"
 "$WEFTD" cluster-config --cluster-name cluster1 --cluster-id 1 --kvstore-endpoints "$E1"
 "$WEFTD" cluster-config --cluster-name cluster2 --cluster-id 2 --kvstore-endpoints "$E2" --synced-canaries
