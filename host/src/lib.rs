@@ -8,6 +8,8 @@ pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod clustermesh;
+pub mod identity;
+pub mod ipcache;
 pub mod kvstore;
 pub mod model;
 pub mod node;
