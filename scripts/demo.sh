@@ -36,11 +36,12 @@ start_etcd() { # name -> sets ETCD_URL (not in a subshell: its PID must reach cl
 }
 
 start_weftd() { # cluster id etcd-url
+  # The node address is only published data: nothing is sent to it.
   local c=$1 id=$2 url=$3
   mkdir -p "$lab/$c/mesh"
   "$WEFTD" run --cluster-name "$c" --cluster-id "$id" --kvstore-endpoints "$url" \
     --clustermesh-config "$lab/$c/mesh" --state-dir "$lab/$c/state" \
-    --node-name "$c-node1" --node-ip 127.0.0.1 >"$lab/$c/weftd.log" 2>&1 &
+    --node-name "$c-node1" --node-ip "192.0.2.$id" >"$lab/$c/weftd.log" 2>&1 &
   pids+=($!)
 }
 
@@ -70,7 +71,7 @@ put cilium/synced/cluster2/cilium/state/identities/v1 "$(date -u +%FT%TZ)"
 sleep 1; status cluster1
 
 step "its ipcache and services, then their canaries"
-put cilium/state/ip/v1/default/10.2.0.10 '{"IP":"10.2.0.10","Mask":null,"HostIP":"127.0.0.1","ID":131172,"Key":0,"Metadata":""}'
+put cilium/state/ip/v1/default/10.2.0.10 '{"IP":"10.2.0.10","Mask":null,"HostIP":"192.0.2.2","ID":131172,"Key":0,"Metadata":""}'
 put cilium/state/services/v1/cluster2/default/web '{"cluster":"cluster2","namespace":"default","name":"web","shared":true,"clusterID":2}'
 put cilium/synced/cluster2/cilium/state/ip/v1 "$(date -u +%FT%TZ)"
 put cilium/synced/cluster2/cilium/state/services/v1 "$(date -u +%FT%TZ)"
@@ -82,6 +83,9 @@ status cluster2
 step "a malformed value is counted and skipped, nothing else is lost"
 put cilium/state/ip/v1/default/10.2.0.11 '{not json'
 sleep 1; status cluster1
+
+step "cluster1's ipcache: its own node (host), cluster2's node and pod, resolved"
+"$WEFTD" ipcache list --state-dir "$lab/cluster1/state"
 
 step "the JSON contract"
 "$WEFTD" status -o json --state-dir "$lab/cluster1/state"

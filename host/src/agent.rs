@@ -1,9 +1,12 @@
 //! The running agent: wires kvstore, node registration, cluster mesh and the API.
 
 use crate::api::{self, StatusReport};
-use crate::clustermesh::{self, ClusterMesh, NoObserver, SyncCallbacks};
+use crate::clustermesh::{self, ClusterMesh, SyncCallbacks};
+use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
-use crate::node::{run_registration, Registration};
+use crate::model::{Node, NodeAddress};
+use crate::node::{run_registration, NodeId, Registration};
+use crate::state::{run_local_kvstore, State};
 use std::future::Future;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -58,16 +61,38 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         path: config.state_dir.clone(),
         source,
     })?;
+    let own_cluster = config.mesh.cluster_name.clone();
+    let state = Arc::new(State::new(NodeId {
+        cluster: own_cluster.clone(),
+        name: config.node_name.clone(),
+    }));
+    state.nodes.upsert(Source::Local, own_node(&config));
     let callbacks = SyncCallbacks::default();
-    let mesh = ClusterMesh::new(config.mesh.clone(), Arc::new(NoObserver), callbacks);
+    let mesh = ClusterMesh::new(config.mesh.clone(), state.clone(), callbacks);
     let mut tasks = tokio::task::JoinSet::new();
 
-    let own = config.mesh.cluster_name.clone();
-    let status_mesh = mesh.clone();
-    tasks.spawn(api::serve(&config.state_dir, move || StatusReport {
-        cluster: own.clone(),
-        clusters: status_mesh.status(),
-    })?);
+    let api_state = api::Handlers {
+        status: {
+            let (mesh, state) = (mesh.clone(), state.clone());
+            Box::new(move || StatusReport {
+                cluster: own_cluster.clone(),
+                clusters: mesh.status(),
+                totals: Some(state.totals()),
+            })
+        },
+        ipcache: {
+            let state = state.clone();
+            Box::new(move || {
+                state
+                    .ipcache
+                    .entries()
+                    .into_iter()
+                    .map(Into::into)
+                    .collect()
+            })
+        },
+    };
+    tasks.spawn(api::serve(&config.state_dir, api_state)?);
 
     if !config.kvstore_endpoints.is_empty() {
         let endpoints = Endpoints {
@@ -75,13 +100,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             ..Endpoints::default()
         };
         let client = kvstore::Client::connect(&endpoints, &config.mesh.kvstore).await?;
+        tasks.spawn(run_local_kvstore(
+            client.clone(),
+            state.clone(),
+            config.mesh.cluster_name.clone(),
+            config.node_name.clone(),
+        ));
         tasks.spawn(run_registration(
             client,
             Registration {
-                cluster_name: config.mesh.cluster_name.clone(),
-                cluster_id: config.mesh.cluster_id,
-                node_name: config.node_name.clone(),
-                node_ips: config.node_ips.clone(),
+                node: own_node(&config),
                 lease_ttl: Duration::from_secs(15),
             },
         ));
@@ -108,4 +136,24 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tasks.shutdown().await;
     let _ = std::fs::remove_file(api::socket_path(&config.state_dir));
     Ok(())
+}
+
+/// This node's record, as published and as stated to the node manager.
+fn own_node(config: &Config) -> Node {
+    Node {
+        name: config.node_name.clone(),
+        cluster: config.mesh.cluster_name.clone(),
+        cluster_id: config.mesh.cluster_id,
+        ip_addresses: config
+            .node_ips
+            .iter()
+            .map(|ip| NodeAddress {
+                kind: "InternalIP".into(),
+                ip: *ip,
+            })
+            .collect(),
+        source: "kvstore".into(),
+        labels: Some(Default::default()),
+        ..Node::default()
+    }
 }

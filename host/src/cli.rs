@@ -36,6 +36,16 @@ pub enum Command {
     Status(StatusArgs),
     /// Write this cluster's config to its etcd.
     ClusterConfig(ClusterConfigArgs),
+    /// Inspect the running agent's ipcache.
+    #[command(subcommand)]
+    Ipcache(IpcacheCommand),
+}
+
+/// `weftd ipcache ...`.
+#[derive(Debug, Subcommand)]
+pub enum IpcacheCommand {
+    /// List every resolved entry: prefix, identity, tunnel endpoint, key, source.
+    List(StatusArgs),
 }
 
 /// `weftd run`.
@@ -87,7 +97,7 @@ pub struct KvstoreArgs {
     pub kvstore_qps: f64,
 }
 
-/// `weftd status`.
+/// `weftd status` and the other read-only commands.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// State directory of the running agent.
@@ -164,6 +174,18 @@ impl RunArgs {
 /// Renders the status as the table `weftd status` prints.
 pub fn render_status(report: &api::StatusReport) -> String {
     let mut out = format!("cluster: {}\n", report.cluster);
+    if let Some(t) = &report.totals {
+        out.push_str(&format!(
+            "state: {} ipcache entries, {} nodes, {} identities ({} this cluster's, {} remote, {} local CIDR), {} values refused\n",
+            t.ipcache,
+            t.nodes,
+            t.identities.cluster + t.identities.remote + t.local_identities,
+            t.identities.cluster,
+            t.identities.remote,
+            t.local_identities,
+            t.rejected,
+        ));
+    }
     if report.clusters.is_empty() {
         out.push_str("no remote clusters\n");
         return out;
@@ -230,4 +252,22 @@ pub async fn write_cluster_config(args: &ClusterConfigArgs) -> Result<(), kvstor
     client
         .put(clustermesh::HAS_CLUSTER_CONFIG_KEY, "true", 0)
         .await
+}
+
+/// Renders the ipcache as the table `weftd ipcache list` prints.
+pub fn render_ipcache(rows: &[api::IpCacheRow]) -> String {
+    let mut out = format!(
+        "{:<43} {:>10} {:<39} {:>3}  {}\n",
+        "PREFIX", "IDENTITY", "TUNNEL ENDPOINT", "KEY", "SOURCE"
+    );
+    for r in rows {
+        let tunnel = r
+            .tunnel_endpoint
+            .map_or("-".to_owned(), |ip| ip.to_string());
+        out.push_str(&format!(
+            "{:<43} {:>10} {:<39} {:>3}  {}\n",
+            r.prefix, r.identity, tunnel, r.encrypt_key, r.source
+        ));
+    }
+    out
 }

@@ -13,3 +13,4 @@ pub mod ipcache;
 pub mod kvstore;
 pub mod model;
 pub mod node;
+pub mod state;

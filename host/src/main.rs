@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use weft::cli::{self, Cli, Command, LogFormat, Output};
+use weft::cli::{self, Cli, Command, IpcacheCommand, LogFormat, Output};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -20,6 +20,15 @@ async fn main() -> anyhow::Result<()> {
             match args.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
                 Output::Text => print!("{}", cli::render_status(&report)),
+            }
+        }
+        Command::Ipcache(IpcacheCommand::List(args)) => {
+            let rows = weft::api::fetch_ipcache(&args.state_dir)
+                .await
+                .context("is weftd running with this --state-dir?")?;
+            match args.output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                Output::Text => print!("{}", cli::render_ipcache(&rows)),
             }
         }
         Command::ClusterConfig(args) => {

@@ -17,6 +17,8 @@ struct Agent {
 
 impl Agent {
     fn start(cluster: &str, id: u32, etcd: &Etcd) -> Agent {
+        // Node addresses are data here: nothing is sent to them.
+        let node_ip = format!("192.0.2.{id}");
         let state = tempfile::tempdir().unwrap();
         let mesh_dir = tempfile::tempdir().unwrap();
         let log = std::fs::File::create(state.path().join("weftd.log")).unwrap();
@@ -37,7 +39,7 @@ impl Agent {
                 "--node-name",
                 &format!("{cluster}-node"),
                 "--node-ip",
-                "127.0.0.1",
+                &node_ip,
             ])
             .args(["--log-format", "json"])
             .stdout(Stdio::null())
@@ -52,8 +54,13 @@ impl Agent {
     }
 
     fn status_json(&self) -> Option<serde_json::Value> {
+        self.json(&["status"])
+    }
+
+    fn json(&self, command: &[&str]) -> Option<serde_json::Value> {
         let out = Command::new(WEFTD)
-            .args(["status", "-o", "json", "--state-dir"])
+            .args(command)
+            .args(["-o", "json", "--state-dir"])
             .arg(self.state.path())
             .output()
             .unwrap();
@@ -134,6 +141,33 @@ async fn two_agents_in_two_clusters_see_each_other() {
         assert_eq!(c["synced"]["nodes"], true);
         assert_eq!(c["last_error"], serde_json::Value::Null);
     }
+    // The remote node is in the ipcache next to our own, resolved.
+    let rows = a1.json(&["ipcache", "list"]).unwrap();
+    let row = |prefix: &str| {
+        let r = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["prefix"] == prefix);
+        r.unwrap_or_else(|| panic!("{prefix} in {rows}")).clone()
+    };
+    let remote = row("192.0.2.2/32");
+    assert_eq!(
+        (&remote["identity"], &remote["source"]),
+        (&6.into(), &"clustermesh".into())
+    );
+    assert_eq!(remote["tunnel_endpoint"], "192.0.2.2");
+    let own = row("192.0.2.1/32");
+    assert_eq!(
+        (&own["identity"], &own["source"]),
+        (&1.into(), &"local".into())
+    );
+    let totals = &a1.status_json().unwrap()["totals"];
+    assert_eq!(
+        (&totals["nodes"], &totals["ipcache"]),
+        (&2.into(), &2.into())
+    );
+
     // cluster2 announces canaries but nobody writes the ipcache one: pending, visibly.
     let s = a1.status_json().unwrap();
     assert_eq!(s["clusters"][0]["synced"]["ipcache"], false);

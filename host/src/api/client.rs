@@ -1,6 +1,6 @@
 //! Calls the local API (what `weftd status` does).
 
-use super::{socket_path, Error, StatusReport};
+use super::{socket_path, Error, IpCacheRow, StatusReport};
 use std::path::Path;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -10,13 +10,26 @@ use tokio::net::UnixStream;
 /// # Errors
 /// [`Error::Socket`] when no agent answers, [`Error::BadAnswer`] for anything else.
 pub async fn fetch_status(state_dir: &Path) -> Result<StatusReport, Error> {
+    get(state_dir, "/status").await
+}
+
+/// Fetches the running agent's resolved ipcache.
+///
+/// # Errors
+/// [`Error::Socket`] when no agent answers, [`Error::BadAnswer`] for anything else.
+pub async fn fetch_ipcache(state_dir: &Path) -> Result<Vec<IpCacheRow>, Error> {
+    get(state_dir, "/ipcache").await
+}
+
+async fn get<T: serde::de::DeserializeOwned>(state_dir: &Path, route: &str) -> Result<T, Error> {
     let path = socket_path(state_dir);
     let socket_err = |source| Error::Socket {
         path: path.clone(),
         source,
     };
     let mut conn = UnixStream::connect(&path).await.map_err(socket_err)?;
-    conn.write_all(b"GET /status HTTP/1.1\r\nHost: weftd\r\nConnection: close\r\n\r\n")
+    let request = format!("GET {route} HTTP/1.1\r\nHost: weftd\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes())
         .await
         .map_err(socket_err)?;
     let mut answer = Vec::new();

@@ -1,15 +1,18 @@
 //! The agent's local API: a unix socket in the state directory speaking HTTP/1.1.
 //!
-//! `GET /status` answers the [`StatusReport`] JSON contract, `GET /healthz` "ok".
+//! `GET /status` answers the [`StatusReport`] JSON contract, `GET /ipcache` the
+//! resolved ipcache as [`IpCacheRow`]s, `GET /healthz` "ok".
 //! It is deliberately tiny: one request per connection, no keep-alive.
 
 mod client;
 mod server;
 
-pub use client::fetch_status;
-pub use server::serve;
+pub use client::{fetch_ipcache, fetch_status};
+pub use server::{serve, Handlers};
 
 use crate::clustermesh::ClusterStatus;
+use crate::ipcache::{Entry, Prefix};
+use crate::state::Totals;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -20,6 +23,36 @@ pub struct StatusReport {
     pub cluster: String,
     /// Every remote cluster, by name.
     pub clusters: Vec<ClusterStatus>,
+    /// Totals of the state stage (ipcache, nodes, identities).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub totals: Option<Totals>,
+}
+
+/// One resolved ipcache entry, as `weftd ipcache list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpCacheRow {
+    /// The prefix, `addr/len`.
+    pub prefix: String,
+    /// The security identity.
+    pub identity: u32,
+    /// The node to tunnel to.
+    pub tunnel_endpoint: Option<std::net::IpAddr>,
+    /// The encryption key index (0 = none).
+    pub encrypt_key: u8,
+    /// The strongest source with a fact about the prefix.
+    pub source: String,
+}
+
+impl From<(Prefix, Entry)> for IpCacheRow {
+    fn from((prefix, e): (Prefix, Entry)) -> Self {
+        Self {
+            prefix: prefix.to_string(),
+            identity: e.identity,
+            tunnel_endpoint: e.tunnel_endpoint,
+            encrypt_key: e.encrypt_key,
+            source: e.source.name().to_owned(),
+        }
+    }
 }
 
 /// The socket's path in `state_dir`.

@@ -1,18 +1,25 @@
 //! Serves the local API.
 
-use super::{socket_path, Error, StatusReport};
+use super::{socket_path, Error, IpCacheRow, StatusReport};
 use std::path::Path;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
+/// What answers each route; called per request, they must not block.
+pub struct Handlers {
+    /// `GET /status`.
+    pub status: Box<dyn Fn() -> StatusReport + Send + Sync>,
+    /// `GET /ipcache`.
+    pub ipcache: Box<dyn Fn() -> Vec<IpCacheRow> + Send + Sync>,
+}
+
 /// Binds the socket in `state_dir` (replacing a stale one) and serves until dropped.
-/// `status` is called per request; it must not block.
 ///
 /// # Errors
 /// [`Error::Socket`] when the socket cannot be bound.
 pub fn serve(
     state_dir: &Path,
-    status: impl Fn() -> StatusReport + Send + Sync + 'static,
+    handlers: Handlers,
 ) -> Result<impl std::future::Future<Output = ()>, Error> {
     let path = socket_path(state_dir);
     let socket_err = |source| Error::Socket {
@@ -24,7 +31,7 @@ pub fn serve(
         _ => {}
     }
     let listener = UnixListener::bind(&path).map_err(socket_err)?;
-    let status = std::sync::Arc::new(status);
+    let handlers = std::sync::Arc::new(handlers);
     Ok(async move {
         loop {
             let Ok((mut conn, _)) = listener.accept().await else {
@@ -32,7 +39,7 @@ pub fn serve(
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             };
-            let status = status.clone();
+            let handlers = handlers.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::with_capacity(1024);
                 let mut chunk = [0u8; 1024];
@@ -46,11 +53,8 @@ pub fn serve(
                 let head = String::from_utf8_lossy(&buf);
                 let path = head.split_whitespace().nth(1).unwrap_or("");
                 let (code, kind, body) = match path {
-                    "/status" => (
-                        "200 OK",
-                        "application/json",
-                        serde_json::to_string(&status()).expect("status serialises"),
-                    ),
+                    "/status" => ("200 OK", "application/json", json(&(handlers.status)())),
+                    "/ipcache" => ("200 OK", "application/json", json(&(handlers.ipcache)())),
                     "/healthz" => ("200 OK", "text/plain", "ok\n".to_owned()),
                     _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
                 };
@@ -63,4 +67,8 @@ pub fn serve(
             });
         }
     })
+}
+
+fn json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).expect("API values serialise")
 }

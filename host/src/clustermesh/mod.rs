@@ -67,6 +67,8 @@ pub enum ClusterEvent<'a> {
     Upsert {
         /// The remote cluster.
         cluster: &'a str,
+        /// Its ID, when it announced one.
+        cluster_id: Option<u32>,
         /// The etcd key.
         key: &'a str,
         /// The new value.

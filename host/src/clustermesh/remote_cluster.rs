@@ -135,10 +135,12 @@ impl RemoteCluster {
                     Ok(v) => {
                         let v = Arc::new(v);
                         let changed = inner.stores[r.index()].upsert(&key, v.clone());
+                        let cluster_id = inner.id;
                         drop(inner);
                         if changed {
                             self.observer.on_event(ClusterEvent::Upsert {
                                 cluster,
+                                cluster_id,
                                 key: &key,
                                 value: &v,
                             });

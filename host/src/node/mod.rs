@@ -1,5 +1,7 @@
-//! This node: its record in its own cluster's etcd.
+//! Nodes: this node's record in its own etcd, and the manager of every known node.
 
+mod manager;
 mod registration;
 
+pub use manager::{NodeId, NodeListener, NodeManager};
 pub use registration::{node_key, run_registration, Registration, NODES_CANARY_BASE};

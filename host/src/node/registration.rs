@@ -2,8 +2,7 @@
 
 use crate::clustermesh::cluster_config_key;
 use crate::kvstore::{Backoff, Client, Error};
-use crate::model::{ClusterConfig, Node, NodeAddress};
-use std::net::IpAddr;
+use crate::model::{ClusterConfig, Node};
 use std::time::{Duration, SystemTime};
 
 /// The base prefix named by the nodes' sync canary.
@@ -12,14 +11,8 @@ pub const NODES_CANARY_BASE: &str = "cilium/state/nodes/v1";
 /// What this node publishes about itself.
 #[derive(Debug, Clone)]
 pub struct Registration {
-    /// This cluster's name.
-    pub cluster_name: String,
-    /// This cluster's ID.
-    pub cluster_id: u32,
-    /// This node's name.
-    pub node_name: String,
-    /// This node's addresses (published as `InternalIP`).
-    pub node_ips: Vec<IpAddr>,
+    /// This node's record; its `Cluster` and `Name` make the key.
+    pub node: Node,
     /// The lease's time to live; the key vanishes this long after the agent dies.
     pub lease_ttl: Duration,
 }
@@ -27,27 +20,6 @@ pub struct Registration {
 /// The key of `node` in `cluster`.
 pub fn node_key(cluster: &str, node: &str) -> String {
     format!("{NODES_CANARY_BASE}/{cluster}/{node}")
-}
-
-impl Registration {
-    fn record(&self) -> Node {
-        Node {
-            name: self.node_name.clone(),
-            cluster: self.cluster_name.clone(),
-            cluster_id: self.cluster_id,
-            ip_addresses: self
-                .node_ips
-                .iter()
-                .map(|ip| NodeAddress {
-                    kind: "InternalIP".into(),
-                    ip: *ip,
-                })
-                .collect(),
-            source: "kvstore".into(),
-            labels: Some(Default::default()),
-            ..Node::default()
-        }
-    }
 }
 
 /// Keeps this node's record in etcd until the future is dropped: grants a lease, puts
@@ -61,7 +33,7 @@ pub async fn run_registration(client: Client, reg: Registration) {
         match publish(&client, &reg, ttl).await {
             Ok(lease) => {
                 backoff.reset();
-                tracing::info!(node = %reg.node_name, lease, "node record published");
+                tracing::info!(node = %reg.node.name, lease, "node record published");
                 let e = keep_alive(&client, lease, reg.lease_ttl / 3).await;
                 tracing::warn!(error = %e, "node lease lost; publishing again");
             }
@@ -73,18 +45,17 @@ pub async fn run_registration(client: Client, reg: Registration) {
 
 async fn publish(client: &Client, reg: &Registration, ttl: i64) -> Result<i64, Error> {
     let lease = client.grant_lease(ttl).await?;
-    let value = serde_json::to_vec(&reg.record()).expect("a node always serialises");
-    client
-        .put(&node_key(&reg.cluster_name, &reg.node_name), value, lease)
-        .await?;
-    let config = client.get(&cluster_config_key(&reg.cluster_name)).await?;
+    let (cluster, name) = (&reg.node.cluster, &reg.node.name);
+    let value = serde_json::to_vec(&reg.node).expect("a node always serialises");
+    client.put(&node_key(cluster, name), value, lease).await?;
+    let config = client.get(&cluster_config_key(cluster)).await?;
     let canaries = config
         .and_then(|c| serde_json::from_slice::<ClusterConfig>(&c).ok())
         .is_some_and(|c| c.capabilities.synced_canaries);
     if canaries {
         // Written after the record is acknowledged: readers that wait for the canary
         // then see it.
-        let key = format!("cilium/synced/{}/{NODES_CANARY_BASE}", reg.cluster_name);
+        let key = format!("cilium/synced/{cluster}/{NODES_CANARY_BASE}");
         let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         client.put(&key, now, lease).await?;
     }

@@ -79,6 +79,7 @@ impl Observer for Recorder {
                 cluster,
                 key,
                 value,
+                ..
             } => {
                 *self.upserts.lock().unwrap() += 1;
                 self.state

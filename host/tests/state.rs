@@ -1,0 +1,123 @@
+//! The state stage end to end with real etcd: a remote cluster's nodes, identities and
+//! ip entries appear resolved in the ipcache, and disappear when the cluster is removed.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::{eventually, put_cluster_config, Etcd};
+use weft::clustermesh::{self, ClusterMesh, SyncCallbacks};
+use weft::ipcache::{Change, Listener, Prefix, Source};
+use weft::node::NodeId;
+use weft::state::State;
+
+#[derive(Default)]
+struct Deletes(Mutex<Vec<Prefix>>);
+
+impl Listener for Deletes {
+    fn on_change(&self, c: &Change<'_>) {
+        if c.new.is_none() {
+            self.0.lock().unwrap().push(c.prefix);
+        }
+    }
+}
+
+#[tokio::test]
+async fn remote_state_is_resolved_in_the_ipcache_and_removed_with_its_cluster() {
+    let etcd = Etcd::start().await;
+    put_cluster_config(&etcd, "c2", r#"{"id":2}"#).await;
+    let kv = [
+        (
+            "cilium/state/nodes/v1/c2/n1",
+            r#"{"Name":"n1","Cluster":"c2","ClusterID":2,"EncryptionKey":5,
+               "IPAddresses":[{"Type":"InternalIP","IP":"172.18.0.3"}],"IPv4HealthIP":"10.2.0.2"}"#,
+        ),
+        (
+            "cilium/state/ip/v1/default/10.2.0.10",
+            r#"{"IP":"10.2.0.10","HostIP":"172.18.0.3","ID":131172,"Key":5,"K8sNamespace":"ns","K8sPodName":"web-0"}"#,
+        ),
+        (
+            "cilium/state/identities/v1/id/131172",
+            "k8s:app=web;k8s:io.cilium.k8s.policy.cluster=c2;",
+        ),
+        // Cluster ID 3 in its bits: refused, counted, the rest unaffected.
+        ("cilium/state/identities/v1/id/196609", "k8s:app=alien;"),
+    ];
+    let kv: Vec<(String, String)> = kv
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    etcd.put_all(&kv).await;
+
+    let state = Arc::new(State::new(NodeId {
+        cluster: "local".into(),
+        name: "me".into(),
+    }));
+    let deletes = Arc::new(Deletes::default());
+    state.ipcache.add_listener(deletes.clone());
+    let config = clustermesh::Config {
+        cluster_name: "local".into(),
+        cluster_id: 1,
+        ..clustermesh::Config::default()
+    };
+    let mesh = ClusterMesh::new(config, state.clone(), SyncCallbacks::default());
+    let endpoints = weft::kvstore::Endpoints {
+        urls: vec![etcd.url()],
+        ..Default::default()
+    };
+    mesh.upsert_cluster("c2", Ok(endpoints)).await;
+    eventually("c2 ready", Duration::from_secs(30), || {
+        mesh.status().first().filter(|s| s.ready).map(drop)
+    })
+    .await;
+
+    let lookup = |ip: &str| state.ipcache.lookup(ip.parse().unwrap());
+    let node = lookup("172.18.0.3").expect("the node's IP");
+    assert_eq!(
+        (node.identity, node.encrypt_key, node.source),
+        (6, 5, Source::ClusterMesh)
+    );
+    assert_eq!(node.tunnel_endpoint, Some("172.18.0.3".parse().unwrap()));
+    assert_eq!(
+        lookup("10.2.0.2").expect("the node's health IP").identity,
+        4
+    );
+    let pod = lookup("10.2.0.10").expect("the pod's IP");
+    assert_eq!((pod.identity, pod.encrypt_key), (131172, 5));
+    assert_eq!(pod.tunnel_endpoint, Some("172.18.0.3".parse().unwrap()));
+    assert_eq!(pod.k8s.as_ref().unwrap().pod, "web-0");
+    let labels = state
+        .identities
+        .lock()
+        .unwrap()
+        .labels(131172)
+        .expect("the remote identity");
+    assert_eq!(
+        labels.to_string(),
+        "k8s:app=web;k8s:io.cilium.k8s.policy.cluster=c2;"
+    );
+    let totals = state.totals();
+    assert_eq!(
+        (
+            totals.ipcache,
+            totals.nodes,
+            totals.identities.remote,
+            totals.rejected
+        ),
+        (3, 1, 1, 1)
+    );
+
+    mesh.remove_cluster("c2").await;
+    assert!(state.ipcache.is_empty(), "{:?}", state.ipcache.entries());
+    assert!(state.nodes.is_empty());
+    assert!(state.identities.lock().unwrap().labels(131172).is_none());
+    let mut gone = deletes.0.lock().unwrap().clone();
+    gone.sort();
+    let want: Vec<Prefix> = ["10.2.0.2", "10.2.0.10", "172.18.0.3"]
+        .iter()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let mut want = want;
+    want.sort();
+    assert_eq!(gone, want, "listeners saw every entry go");
+}
