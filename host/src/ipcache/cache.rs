@@ -89,7 +89,12 @@ impl IpCache {
         {
             Ok(i) if state.facts[i].1 == fact => return Upserted { shadowed_by },
             Ok(i) => state.facts[i].1 = fact,
-            Err(i) => state.facts.insert(i, (owner, fact)),
+            Err(i) => {
+                // Most prefixes have one or two owners: grow one slot at a time
+                // rather than by `Vec`'s first step of four (288 bytes a prefix).
+                state.facts.reserve_exact(1);
+                state.facts.insert(i, (owner, fact));
+            }
         }
         inner.re_resolve(prefix);
         Upserted { shadowed_by }
