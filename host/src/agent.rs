@@ -129,6 +129,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             }
         });
     }
+    if let Some(client) = crate::k8s::client_if_configured().await {
+        tasks.spawn(crate::k8s::run_kube_apiserver_source(
+            client,
+            state.ipcache.clone(),
+        ));
+    }
     tracing::info!(cluster = %config.mesh.cluster_name, node = %config.node_name, "weftd running");
     shutdown.await;
     tracing::info!("stopping: connections closed, no state drained");

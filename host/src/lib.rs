@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clustermesh;
 pub mod identity;
 pub mod ipcache;
+pub mod k8s;
 pub mod kvstore;
 pub mod model;
 pub mod node;
