@@ -97,8 +97,9 @@ fn apply(ops: &[Op]) -> BTreeMap<String, View> {
             }
         }
     }
-    cache
-        .entries()
+    let entries = cache.entries();
+    assert_eq!(cache.len(), entries.len(), "the entry count agrees with the entries");
+    entries
         .into_iter()
         .map(|(p, e)| {
             let identity = match cache.local_identity_labels(e.identity) {

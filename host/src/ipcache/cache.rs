@@ -49,6 +49,8 @@ struct PrefixState {
 #[derive(Default)]
 struct Inner {
     prefixes: HashMap<Prefix, PrefixState>,
+    /// How many prefixes have a resolved entry.
+    resolved: usize,
     local: LocalAllocator,
     listeners: Vec<Arc<dyn Listener>>,
 }
@@ -203,6 +205,7 @@ impl Inner {
         let old = std::mem::replace(&mut state.resolved, new);
         let empty = state.facts.is_empty();
         let new = state.resolved.as_ref();
+        self.resolved = self.resolved + usize::from(new.is_some()) - usize::from(old.is_some());
         if old.as_ref() != new {
             let change = Change {
                 prefix,
