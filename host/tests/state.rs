@@ -42,6 +42,11 @@ async fn remote_state_is_resolved_in_the_ipcache_and_removed_with_its_cluster() 
         ),
         // Cluster ID 3 in its bits: refused, counted, the rest unaffected.
         ("cilium/state/identities/v1/id/196609", "k8s:app=alien;"),
+        // A remote local-scope (CIDR) identity: refused, counted.
+        (
+            "cilium/state/ip/v1/default/10.2.0.0/24",
+            r#"{"IP":"10.2.0.0","Mask":"////AA==","ID":16777217}"#,
+        ),
     ];
     let kv: Vec<(String, String)> = kv
         .iter()
@@ -104,7 +109,7 @@ async fn remote_state_is_resolved_in_the_ipcache_and_removed_with_its_cluster() 
             totals.identities.remote,
             totals.rejected
         ),
-        (3, 1, 1, 1)
+        (3, 1, 1, 2)
     );
 
     mesh.remove_cluster("c2").await;
@@ -126,19 +131,44 @@ async fn remote_state_is_resolved_in_the_ipcache_and_removed_with_its_cluster() 
 async fn this_clusters_kvstore_feeds_the_state_with_source_kvstore() {
     let etcd = Etcd::start().await;
     let kv = [
-        ("cilium/state/nodes/v1/local/me", r#"{"Name":"me","Cluster":"local","IPAddresses":[{"Type":"InternalIP","IP":"192.0.2.1"}]}"#),
-        ("cilium/state/nodes/v1/local/peer", r#"{"Name":"peer","Cluster":"local","IPAddresses":[{"Type":"InternalIP","IP":"192.0.2.5"}]}"#),
-        ("cilium/state/ip/v1/default/10.1.0.7", r#"{"IP":"10.1.0.7","HostIP":"192.0.2.5","ID":65600,"Key":0}"#),
+        (
+            "cilium/state/nodes/v1/local/me",
+            r#"{"Name":"me","Cluster":"local","IPAddresses":[{"Type":"InternalIP","IP":"192.0.2.1"}]}"#,
+        ),
+        (
+            "cilium/state/nodes/v1/local/peer",
+            r#"{"Name":"peer","Cluster":"local","IPAddresses":[{"Type":"InternalIP","IP":"192.0.2.5"}]}"#,
+        ),
+        (
+            "cilium/state/ip/v1/default/10.1.0.7",
+            r#"{"IP":"10.1.0.7","HostIP":"192.0.2.5","ID":65600,"Key":0}"#,
+        ),
         ("cilium/state/identities/v1/id/65600", "k8s:app=db;"),
         ("cilium/state/ip/v1/default/10.1.0.8", "{broken"),
     ];
-    let kv: Vec<(String, String)> = kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let kv: Vec<(String, String)> = kv
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     etcd.put_all(&kv).await;
 
-    let state = Arc::new(State::new(NodeId { cluster: "local".into(), name: "me".into() }));
-    let endpoints = weft::kvstore::Endpoints { urls: vec![etcd.url()], ..Default::default() };
-    let client = weft::kvstore::Client::connect(&endpoints, &weft::kvstore::Config::default()).await.unwrap();
-    let task = tokio::spawn(weft::state::run_local_kvstore(client, state.clone(), "local".into(), "me".into()));
+    let state = Arc::new(State::new(NodeId {
+        cluster: "local".into(),
+        name: "me".into(),
+    }));
+    let endpoints = weft::kvstore::Endpoints {
+        urls: vec![etcd.url()],
+        ..Default::default()
+    };
+    let client = weft::kvstore::Client::connect(&endpoints, &weft::kvstore::Config::default())
+        .await
+        .unwrap();
+    let task = tokio::spawn(weft::state::run_local_kvstore(
+        client,
+        state.clone(),
+        "local".into(),
+        "me".into(),
+    ));
 
     eventually("local state read", Duration::from_secs(30), || {
         let t = state.totals();
@@ -149,8 +179,20 @@ async fn this_clusters_kvstore_feeds_the_state_with_source_kvstore() {
     assert_eq!((pod.identity, pod.source), (65600, Source::KvStore));
     let peer = state.ipcache.lookup("192.0.2.5".parse().unwrap()).unwrap();
     assert_eq!((peer.identity, peer.source), (6, Source::KvStore));
-    assert!(state.ipcache.lookup("192.0.2.1".parse().unwrap()).is_none(), "our own record is stated as local by the agent, not read back");
-    assert_eq!(state.identities.lock().unwrap().labels(65600).unwrap().to_string(), "k8s:app=db;");
+    assert!(
+        state.ipcache.lookup("192.0.2.1".parse().unwrap()).is_none(),
+        "our own record is stated as local by the agent, not read back"
+    );
+    assert_eq!(
+        state
+            .identities
+            .lock()
+            .unwrap()
+            .labels(65600)
+            .unwrap()
+            .to_string(),
+        "k8s:app=db;"
+    );
 
     etcd.delete("cilium/state/nodes/v1/local/peer").await;
     etcd.delete("cilium/state/ip/v1/default/10.1.0.7").await;

@@ -9,7 +9,7 @@ mod local_kvstore;
 pub use local_kvstore::run_local_kvstore;
 
 use crate::clustermesh::{ClusterEvent, Observer, Value};
-use crate::identity::{IdentityCache, Totals as IdentityTotals};
+use crate::identity::{IdentityCache, Totals as IdentityTotals, LOCAL_SCOPE};
 use crate::ipcache::{Fact, IpCache, K8sMeta, Owner, Prefix, Source};
 use crate::model::IpIdentityPair;
 use crate::node::{NodeId, NodeManager};
@@ -105,6 +105,14 @@ impl Observer for State {
                 value,
             } => match value {
                 Value::Node(node) => self.nodes.upsert(Source::ClusterMesh, node.clone()),
+                Value::IpIdentity(pair) if pair.id & LOCAL_SCOPE != 0 => {
+                    // A remote cluster's local (CIDR) identity means nothing here and
+                    // could clash with ours.
+                    self.reject(&format_args!(
+                        "{key}: local-scope identity {} from cluster {cluster}",
+                        pair.id
+                    ));
+                }
                 Value::IpIdentity(pair) => match pair_fact(pair) {
                     Some((prefix, fact)) => {
                         let owner = Owner::new(Source::ClusterMesh, format!("{cluster}/{key}"));
