@@ -15,12 +15,18 @@ pub struct Etcd {
     pub tls: Option<super::Pki>,
 }
 
+/// A free loopback port below the kernel's ephemeral range (32768+), so that no
+/// outgoing connection can take it between this check and etcd binding it.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::{BuildHasher, Hasher};
+    loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(0);
+        let port = 20_000 + (h.finish() % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl Etcd {
@@ -45,8 +51,19 @@ impl Etcd {
             peer_port: free_port(),
             tls,
         };
-        etcd.spawn().await;
-        etcd
+        // Another process may still take a port first: start over on new ones.
+        for _ in 0..5 {
+            if etcd.spawn().await {
+                return etcd;
+            }
+            etcd.kill();
+            (etcd.client_port, etcd.peer_port) = (free_port(), free_port());
+        }
+        panic!("etcd did not start in 5 attempts: {}", etcd.log());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
     }
 
     pub fn url(&self) -> String {
@@ -58,7 +75,8 @@ impl Etcd {
         self.dir.path().join("data")
     }
 
-    async fn spawn(&mut self) {
+    /// Starts etcd on the current ports; `false` when it exited before answering.
+    async fn spawn(&mut self) -> bool {
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let mut cmd = Command::new("etcd");
@@ -94,24 +112,27 @@ impl Etcd {
             .spawn()
             .expect("etcd must be installed (Debian etcd-server); run `make deps`");
         self.child = Some(child);
-        self.wait_ready().await;
+        self.wait_ready().await
     }
 
-    async fn wait_ready(&self) {
+    /// Waits until etcd answers; `false` when it exited first (a port was taken).
+    async fn wait_ready(&mut self) -> bool {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
+            let child = self.child.as_mut().expect("etcd spawned");
+            if child.try_wait().unwrap().is_some() {
+                return false;
+            }
             if let Ok(mut c) = etcd_client::Client::connect([self.url()], self.options()).await {
                 if tokio::time::timeout(Duration::from_secs(1), c.get("x", None))
                     .await
                     .is_ok_and(|r| r.is_ok())
                 {
-                    return;
+                    return true;
                 }
             }
             if tokio::time::Instant::now() > deadline {
-                let log =
-                    std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
-                panic!("etcd on {} did not start:\n{log}", self.url());
+                panic!("etcd on {} did not start:\n{}", self.url(), self.log());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -128,14 +149,27 @@ impl Etcd {
     /// Starts etcd again on the same ports and data.
     pub async fn restart(&mut self) {
         self.kill();
-        self.spawn().await;
+        self.respawn().await;
+    }
+
+    /// Starts etcd on the same ports: they are outside the ephemeral range, so after
+    /// a kill only a slow socket release can hold them; try a few times.
+    async fn respawn(&mut self) {
+        for _ in 0..5 {
+            if self.spawn().await {
+                return;
+            }
+            self.kill();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("etcd did not restart on {}: {}", self.url(), self.log());
     }
 
     /// Starts etcd again on the same ports with empty data (a lost etcd).
     pub async fn restart_empty(&mut self) {
         self.kill();
         std::fs::remove_dir_all(self.data_dir()).unwrap();
-        self.spawn().await;
+        self.respawn().await;
     }
 
     fn signal(&self, sig: &str) {
