@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all deps build test lint demo bench clean
+.PHONY: all deps build plugins test lint demo bench clean
 
 all: build
 
@@ -13,8 +13,12 @@ deps:
 build: deps
 	$(CARGO) build --workspace --all-targets
 
-## test: unit, doc and integration tests (real etcd processes on loopback).
-test: deps
+## plugins: the shipped and test plugins, as wasm32-wasip2 components.
+plugins: deps
+	$(CARGO) build --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
+
+## test: unit, doc and integration tests (real etcd processes on loopback, real plugins).
+test: deps plugins
 	$(CARGO) test --workspace
 
 lint:

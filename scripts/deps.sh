@@ -14,3 +14,8 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# Plugins are built for wasm32-wasip2.
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-wasip2; then
+  echo "installing the wasm32-wasip2 target"
+  rustup target add wasm32-wasip2
+fi

@@ -14,4 +14,5 @@ pub mod k8s;
 pub mod kvstore;
 pub mod model;
 pub mod node;
+pub mod plugins;
 pub mod state;

@@ -1,0 +1,261 @@
+//! One wasmtime engine for every plugin; each plugin instance in its own `Store` with a
+//! memory cap and an epoch deadline per call.
+
+use super::bindings::weft::plugin::types::{Cluster, Decision, RegenerationRequest};
+use super::bindings::Plugin as Bindings;
+use super::host_state::{HostState, MeshView};
+use super::{Config, Error};
+use crate::clustermesh::Resource;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, Store};
+
+/// The epoch tick: deadlines are counted in these.
+const TICK: Duration = Duration::from_millis(1);
+
+/// The engine, the linker with the host's imports, and the clock that ends calls.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    config: Config,
+    ticking: Arc<AtomicBool>,
+}
+
+impl Runtime {
+    /// An engine with epoch interruption, and a thread that advances the epoch.
+    ///
+    /// # Errors
+    /// [`Error::Engine`] when wasmtime cannot be set up.
+    pub fn new(config: Config) -> Result<Self, Error> {
+        let mut wc = wasmtime::Config::new();
+        wc.wasm_component_model(true).epoch_interruption(true);
+        let engine = Engine::new(&wc).map_err(Error::engine)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(Error::engine)?;
+        Bindings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(Error::engine)?;
+        let ticking = Arc::new(AtomicBool::new(true));
+        let (e, t) = (engine.clone(), ticking.clone());
+        std::thread::Builder::new()
+            .name("weft-plugin-epoch".into())
+            .spawn(move || {
+                while t.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    e.increment_epoch();
+                }
+            })
+            .map_err(|e| Error::Engine {
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            engine,
+            linker,
+            config,
+            ticking,
+        })
+    }
+
+    /// The runtime's limits.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The engine (for compiling and caching).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles a component.
+    ///
+    /// # Errors
+    /// [`Error::Compile`] when the bytes are not a valid component.
+    pub fn compile(&self, wasm: &[u8]) -> Result<Component, Error> {
+        Component::new(&self.engine, wasm).map_err(|e| Error::Compile {
+            reason: format!("{e:#}"),
+        })
+    }
+
+    /// Instantiates `component` as plugin `name` and calls its `init` with `config`.
+    ///
+    /// # Errors
+    /// [`Error::Instantiate`] (a missing import or export, a WIT version this agent does
+    /// not speak) or [`Error::Init`] (the plugin refused its config, or trapped).
+    pub fn instantiate(
+        &self,
+        name: &str,
+        component: &Component,
+        plugin_config: &str,
+        mesh: MeshView,
+    ) -> Result<Instance, Error> {
+        let state = HostState::new(
+            name.into(),
+            self.config.memory_cap,
+            mesh,
+            self.config.log_budget,
+        );
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.epoch_deadline_trap();
+        // Instantiation runs guest code too: it gets the same bound as a call.
+        store.set_epoch_deadline(ticks(self.config.deadline));
+        let bindings = Bindings::instantiate(&mut store, component, &self.linker).map_err(|e| {
+            Error::Instantiate {
+                plugin: name.into(),
+                reason: describe_instantiate(component, &e),
+            }
+        })?;
+        let mut instance = Instance {
+            store,
+            bindings,
+            deadline_ticks: ticks(self.config.deadline),
+        };
+        instance.prepare();
+        let init = instance
+            .bindings
+            .weft_plugin_hooks()
+            .call_init(&mut instance.store, plugin_config);
+        match init {
+            Ok(Ok(())) => Ok(instance),
+            Ok(Err(reason)) => Err(Error::Init {
+                plugin: name.into(),
+                reason,
+            }),
+            Err(e) => Err(Error::Init {
+                plugin: name.into(),
+                reason: CallError::from_wasmtime(&e).to_string(),
+            }),
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticking.store(false, Ordering::Relaxed);
+    }
+}
+
+fn ticks(d: Duration) -> u64 {
+    (d.as_millis() / TICK.as_millis()).max(1) as u64 + 1
+}
+
+/// Names the WIT version problem when the component speaks another version.
+fn describe_instantiate(component: &Component, e: &wasmtime::Error) -> String {
+    let engine = component.engine();
+    let exports: Vec<String> = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let ours = "weft:plugin/hooks@0.1.0";
+    match exports.iter().find(|n| n.starts_with("weft:plugin/hooks@")) {
+        Some(other) if other != ours => {
+            format!(
+                "incompatible WIT version: the plugin exports {other}, this agent speaks {ours}"
+            )
+        }
+        None => format!("missing export {ours} (the plugin exports {exports:?})"),
+        Some(_) => format!("{e:#}"),
+    }
+}
+
+/// How one call failed. The instance that failed is not used again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The call ran past its deadline.
+    #[error("deadline exceeded")]
+    Deadline,
+    /// The plugin hit its memory cap.
+    #[error("memory cap exceeded")]
+    MemoryCap,
+    /// The plugin trapped.
+    #[error("trap: {reason}")]
+    Trap {
+        /// wasmtime's description.
+        reason: String,
+    },
+}
+
+impl CallError {
+    fn from_wasmtime(e: &wasmtime::Error) -> Self {
+        match e.downcast_ref::<wasmtime::Trap>() {
+            Some(wasmtime::Trap::Interrupt) => CallError::Deadline,
+            _ if format!("{e:#}").contains("forcing trap when growing memory") => {
+                CallError::MemoryCap
+            }
+            _ => CallError::Trap {
+                reason: format!("{e:#}"),
+            },
+        }
+    }
+}
+
+/// A live plugin instance: one `Store`, one component instance.
+pub struct Instance {
+    store: Store<HostState>,
+    bindings: Bindings,
+    deadline_ticks: u64,
+}
+
+impl Instance {
+    fn prepare(&mut self) {
+        self.store.set_epoch_deadline(self.deadline_ticks);
+        self.store.data_mut().log_calls = 0;
+    }
+
+    /// Log calls beyond the budget in the last call (dropped, not logged).
+    pub fn dropped_logs(&self) -> u32 {
+        let s = self.store.data();
+        s.log_calls.saturating_sub(s.log_budget)
+    }
+
+    /// Counters the plugin reported.
+    pub fn counters(&self) -> &std::collections::BTreeMap<String, u64> {
+        &self.store.data().counters
+    }
+
+    /// Calls the policy hook.
+    ///
+    /// # Errors
+    /// [`CallError`] when the call trapped, ran out of time or memory.
+    pub fn regeneration_policy(
+        &mut self,
+        request: &RegenerationRequest,
+    ) -> Result<Decision, CallError> {
+        self.prepare();
+        self.bindings
+            .weft_plugin_hooks()
+            .call_regeneration_policy(&mut self.store, request)
+            .map_err(|e| CallError::from_wasmtime(&e))
+    }
+
+    /// Calls the "synced" hook of `resource`.
+    ///
+    /// # Errors
+    /// [`CallError`] when the call trapped, ran out of time or memory.
+    pub fn on_synced(&mut self, resource: Resource, cluster: &Cluster) -> Result<(), CallError> {
+        self.prepare();
+        let hooks = self.bindings.weft_plugin_hooks();
+        let store = &mut self.store;
+        match resource {
+            Resource::Nodes => hooks.call_on_nodes_synced(store, cluster),
+            Resource::IpCache => hooks.call_on_ipcache_synced(store, cluster),
+            Resource::Identities => hooks.call_on_identities_synced(store, cluster),
+            Resource::Services => hooks.call_on_services_synced(store, cluster),
+        }
+        .map_err(|e| CallError::from_wasmtime(&e))
+    }
+
+    /// Calls the "cluster disconnected" hook.
+    ///
+    /// # Errors
+    /// [`CallError`] when the call trapped, ran out of time or memory.
+    pub fn on_cluster_disconnected(&mut self, cluster: &Cluster) -> Result<(), CallError> {
+        self.prepare();
+        self.bindings
+            .weft_plugin_hooks()
+            .call_on_cluster_disconnected(&mut self.store, cluster)
+            .map_err(|e| CallError::from_wasmtime(&e))
+    }
+}
