@@ -150,3 +150,47 @@ fn decisions_outside_the_contract_are_bounded_or_refused() {
         })
     );
 }
+
+#[test]
+fn a_memory_bomb_hits_its_cap_and_fails_that_call_only() {
+    let rt = Runtime::new(Config {
+        memory_cap: 8 << 20,
+        deadline: Duration::from_secs(2),
+        ..Config::default()
+    })
+    .unwrap();
+    let component = rt.compile(&wasm("test_memory_bomb")).unwrap();
+    let mut bomb = rt.instantiate("bomb", &component, "", no_mesh()).unwrap();
+    assert_eq!(
+        bomb.regeneration_policy(&request(EndpointKind::Workload, false)),
+        Err(CallError::MemoryCap)
+    );
+}
+
+#[test]
+fn a_trapping_plugin_fails_the_call_with_the_trap() {
+    let rt = Runtime::new(Config::default()).unwrap();
+    let component = rt.compile(&wasm("test_trap")).unwrap();
+    let mut trap = rt.instantiate("trap", &component, "", no_mesh()).unwrap();
+    match trap.regeneration_policy(&request(EndpointKind::Workload, false)) {
+        Err(CallError::Trap { reason }) => assert!(reason.contains("unreachable"), "{reason}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_log_flood_is_cut_at_the_budget_and_counted() {
+    let config = Config {
+        log_budget: 100,
+        deadline: Duration::from_secs(5),
+        ..Config::default()
+    };
+    let rt = Runtime::new(config).unwrap();
+    let component = rt.compile(&wasm("test_log_flood")).unwrap();
+    let mut flood = rt.instantiate("flood", &component, "", no_mesh()).unwrap();
+    assert_eq!(
+        flood.regeneration_policy(&request(EndpointKind::Workload, false)),
+        Ok(Decision::Proceed)
+    );
+    assert_eq!(flood.dropped_logs(), 100_000 - 100);
+}
