@@ -6,8 +6,9 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 use weft::clustermesh::Resource;
 use weft::plugins::{
-    enforce, CallError, Config, Decision, EndpointKind, RegenerationRequest, Runtime, Verdict,
-    Violation, Wait,
+    enforce, CallError, Cluster, ClusterSync, Config, Decision, EndpointKind, Isolation,
+    LoadedPlugin, PluginSet, RegenerationRequest, ResourceCounts, Runtime, Verdict, Violation,
+    Wait,
 };
 
 /// Builds the plugin workspace for wasm32-wasip2 once per test binary (a no-op when up
@@ -62,6 +63,7 @@ fn the_shipped_regeneration_policy_follows_the_established_defaults() {
         Decision::Wait(Wait {
             timeout_ms: ms,
             barriers: vec!["ipcache".into(), "identities".into()],
+            clusters: vec![],
         })
     };
     assert_eq!(
@@ -134,7 +136,8 @@ fn decisions_outside_the_contract_are_bounded_or_refused() {
         enforce(decision, max),
         Ok(Verdict::Wait {
             timeout: max,
-            barriers: vec![Resource::IpCache]
+            barriers: vec![Resource::IpCache],
+            clusters: vec![]
         })
     );
     let mut unknown = rt
@@ -193,4 +196,205 @@ fn a_log_flood_is_cut_at_the_budget_and_counted() {
         Ok(Decision::Proceed)
     );
     assert_eq!(flood.dropped_logs(), 100_000 - 100);
+}
+
+fn loaded(rt: &Runtime, name: &str, file: &str, priority: i32, config: &str) -> LoadedPlugin {
+    LoadedPlugin {
+        name: name.into(),
+        version: "0.1.0".into(),
+        digest: "test".into(),
+        priority,
+        config: config.into(),
+        component: rt.compile(&wasm(file)).unwrap(),
+    }
+}
+
+fn cluster_sync(name: &str, synced: bool) -> ClusterSync {
+    ClusterSync {
+        name: name.into(),
+        connected: true,
+        nodes_synced: synced,
+        ipcache_synced: synced,
+        identities_synced: synced,
+        services_synced: synced,
+    }
+}
+
+#[test]
+fn the_first_plugin_with_an_opinion_decides_in_priority_order() {
+    let rt = Arc::new(Runtime::new(Config::default()).unwrap());
+    let mut set = PluginSet::new(rt.clone(), no_mesh(), Isolation::default());
+    set.insert(loaded(
+        &rt,
+        "regeneration-policy",
+        "regeneration_policy",
+        0,
+        "",
+    ))
+    .unwrap();
+    set.insert(loaded(&rt, "sync-events", "sync_events", 100, ""))
+        .unwrap();
+    let answer = set.regeneration_policy(&request(EndpointKind::Workload, false));
+    assert_eq!(
+        answer.decided_by.as_deref(),
+        Some("regeneration-policy"),
+        "sync-events has no opinion"
+    );
+
+    set.insert(loaded(
+        &rt,
+        "critical-clusters",
+        "critical_clusters",
+        50,
+        "c2",
+    ))
+    .unwrap();
+    let mut req = request(EndpointKind::Workload, false);
+    req.clusters = vec![cluster_sync("c2", false), cluster_sync("c3", false)];
+    let answer = set.regeneration_policy(&req);
+    assert_eq!(answer.decided_by.as_deref(), Some("critical-clusters"));
+    assert_eq!(
+        answer.verdict,
+        Verdict::Wait {
+            timeout: Duration::from_secs(60),
+            barriers: vec![Resource::IpCache, Resource::Identities],
+            clusters: vec!["c2".into()],
+        },
+        "waits only for the critical cluster"
+    );
+    req.clusters = vec![cluster_sync("c2", true), cluster_sync("c3", false)];
+    assert_eq!(
+        set.regeneration_policy(&req).verdict,
+        Verdict::Proceed,
+        "c3 is let go"
+    );
+
+    let names: Vec<String> = set.statuses().into_iter().map(|s| s.name).collect();
+    assert_eq!(
+        names,
+        ["sync-events", "critical-clusters", "regeneration-policy"]
+    );
+    assert!(
+        matches!(
+            rt.instantiate(
+                "critical-clusters",
+                &rt.compile(&wasm("critical_clusters")).unwrap(),
+                "",
+                no_mesh()
+            ),
+            Err(weft::plugins::Error::Init { .. })
+        ),
+        "an empty config is refused by init"
+    );
+}
+
+#[test]
+fn failures_are_answered_by_the_default_and_quarantined_with_back_off() {
+    let rt = Arc::new(
+        Runtime::new(Config {
+            deadline: Duration::from_millis(20),
+            ..Config::default()
+        })
+        .unwrap(),
+    );
+    let isolation = Isolation {
+        failure_threshold: 2,
+        quarantine: Duration::from_secs(1),
+        max_quarantine: Duration::from_secs(60),
+    };
+    let mut set = PluginSet::new(rt.clone(), no_mesh(), isolation);
+    set.insert(loaded(&rt, "spin", "test_spin", 100, ""))
+        .unwrap();
+    set.insert(loaded(
+        &rt,
+        "regeneration-policy",
+        "regeneration_policy",
+        0,
+        "",
+    ))
+    .unwrap();
+    let req = request(EndpointKind::Host, true);
+    let default = weft::plugins::default_verdict(true, true, Duration::from_secs(60));
+    let spin = |set: &PluginSet, at| {
+        set.statuses_at(at)
+            .into_iter()
+            .find(|s| s.name == "spin")
+            .unwrap()
+    };
+
+    let t0 = std::time::Instant::now();
+    let a = set.regeneration_policy_at(&req, t0);
+    assert_eq!(
+        (a.verdict.clone(), a.decided_by),
+        (default.clone(), None),
+        "a failed call: the default answers"
+    );
+    assert_eq!(
+        (spin(&set, t0).failures, spin(&set, t0).state.as_str()),
+        (1, "active")
+    );
+    set.regeneration_policy_at(&req, t0);
+    assert_eq!(spin(&set, t0).state, "quarantined");
+    assert_eq!(
+        spin(&set, t0).last_error.as_deref(),
+        Some("deadline exceeded")
+    );
+
+    let a = set.regeneration_policy_at(&req, t0 + Duration::from_millis(10));
+    assert_eq!(
+        a.decided_by.as_deref(),
+        Some("regeneration-policy"),
+        "the quarantined plugin is skipped"
+    );
+    assert_eq!(spin(&set, t0).calls, 2);
+
+    // Tried again after the back-off; failing again doubles it.
+    let t1 = t0 + Duration::from_millis(1100);
+    assert_eq!(set.regeneration_policy_at(&req, t1).decided_by, None);
+    assert_eq!(spin(&set, t1).calls, 3);
+    assert_eq!(
+        spin(&set, t1 + Duration::from_millis(1500)).state,
+        "quarantined"
+    );
+    assert_eq!(spin(&set, t1 + Duration::from_millis(2100)).state, "active");
+}
+
+#[test]
+fn sync_events_logs_and_counts_every_hook() {
+    let rt = Arc::new(Runtime::new(Config::default()).unwrap());
+    let mut set = PluginSet::new(rt.clone(), no_mesh(), Isolation::default());
+    set.insert(loaded(&rt, "sync-events", "sync_events", 0, ""))
+        .unwrap();
+    let cluster = Cluster {
+        name: "c2".into(),
+        id: Some(2),
+        counts: ResourceCounts {
+            nodes: 1,
+            ipcache: 2,
+            identities: 3,
+            services: 4,
+        },
+    };
+    for r in Resource::ALL {
+        set.on_synced(r, &cluster);
+    }
+    set.on_synced(Resource::Nodes, &cluster);
+    set.on_cluster_disconnected(&cluster);
+    let status = set.statuses().remove(0);
+    let counters: Vec<(&str, u64)> = status
+        .counters
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    assert_eq!(
+        counters,
+        [
+            ("sync_events_disconnected", 1),
+            ("sync_events_identities", 1),
+            ("sync_events_ipcache", 1),
+            ("sync_events_nodes", 2),
+            ("sync_events_services", 1),
+        ]
+    );
+    assert_eq!((status.calls, status.failures), (6, 0));
 }

@@ -18,6 +18,7 @@
 //!         Decision::Wait(Wait {
 //!             timeout_ms: request.default_timeout_ms,
 //!             barriers: vec!["nodes".into()],
+//!             clusters: vec![], // every remote cluster
 //!         })
 //!     }
 //! }

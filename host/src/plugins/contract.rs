@@ -14,6 +14,8 @@ pub enum Verdict {
         timeout: Duration,
         /// The barriers to wait for.
         barriers: Vec<Resource>,
+        /// The remote clusters to wait for; empty means all.
+        clusters: Vec<String>,
     },
     /// Do not wait.
     Proceed,
@@ -44,6 +46,7 @@ pub fn enforce(decision: Decision, max_wait: Duration) -> Result<Verdict, Violat
         Decision::Wait(Wait {
             timeout_ms,
             barriers,
+            clusters,
         }) => {
             let barriers = barriers
                 .into_iter()
@@ -57,6 +60,7 @@ pub fn enforce(decision: Decision, max_wait: Duration) -> Result<Verdict, Violat
             Ok(Verdict::Wait {
                 timeout: Duration::from_millis(timeout_ms).min(max_wait),
                 barriers,
+                clusters,
             })
         }
     }
@@ -74,6 +78,7 @@ pub fn default_verdict(host_endpoint: bool, ipsec: bool, default_timeout: Durati
     Verdict::Wait {
         timeout: default_timeout.min(cap),
         barriers: vec![Resource::IpCache, Resource::Identities],
+        clusters: vec![],
     }
 }
 

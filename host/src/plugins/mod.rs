@@ -8,6 +8,7 @@ mod bindings;
 mod contract;
 mod host_state;
 mod runtime;
+mod set;
 
 pub use bindings::weft::plugin::types::{
     Cluster, ClusterSync, Decision, EndpointKind, RegenerationRequest, ResourceCounts, Wait,
@@ -15,6 +16,7 @@ pub use bindings::weft::plugin::types::{
 pub use contract::{default_verdict, enforce, Verdict, Violation};
 pub use host_state::MeshView;
 pub use runtime::{CallError, Instance, Runtime};
+pub use set::{Answer, Isolation, LoadedPlugin, PluginSet, PluginStatus};
 
 use std::time::Duration;
 

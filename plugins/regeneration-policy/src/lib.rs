@@ -19,6 +19,7 @@ impl Plugin for RegenerationPolicy {
         Decision::Wait(Wait {
             timeout_ms,
             barriers: vec!["ipcache".into(), "identities".into()],
+            clusters: vec![],
         })
     }
 }

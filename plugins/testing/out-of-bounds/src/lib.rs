@@ -23,6 +23,7 @@ impl Plugin for OutOfBounds {
             } else {
                 "ipcache".into()
             }],
+            clusters: vec![],
         })
     }
 }
