@@ -92,17 +92,20 @@ mod tests {
         let forever = Decision::Wait(Wait {
             timeout_ms: u64::MAX,
             barriers: vec!["nodes".into()],
+            clusters: vec!["c2".into()],
         });
         assert_eq!(
             enforce(forever, max),
             Ok(Verdict::Wait {
                 timeout: max,
-                barriers: vec![Resource::Nodes]
+                barriers: vec![Resource::Nodes],
+                clusters: vec!["c2".into()],
             })
         );
         let unknown = Decision::Wait(Wait {
             timeout_ms: 1,
             barriers: vec!["pods".into()],
+            clusters: vec![],
         });
         assert_eq!(
             enforce(unknown, max),
