@@ -41,6 +41,22 @@ fn no_mesh() -> weft::plugins::MeshView {
     Arc::new(Vec::new)
 }
 
+/// A runtime with `config` and plugin `file` instantiated in it as `name`. The runtime
+/// is returned too: its epoch thread must outlive the instance.
+fn instance(
+    config: Config,
+    file: &str,
+    name: &str,
+    plugin_config: &str,
+) -> (Runtime, weft::plugins::Instance) {
+    let rt = Runtime::new(config).unwrap();
+    let component = rt.compile(&wasm(file)).unwrap();
+    let instance = rt
+        .instantiate(name, &component, plugin_config, no_mesh())
+        .unwrap();
+    (rt, instance)
+}
+
 fn request(endpoint: EndpointKind, ipsec: bool) -> RegenerationRequest {
     RegenerationRequest {
         endpoint,
@@ -100,13 +116,11 @@ fn the_shipped_regeneration_policy_follows_the_established_defaults() {
 
 #[test]
 fn a_plugin_that_never_returns_is_stopped_at_its_deadline() {
-    let rt = Runtime::new(Config {
+    let config = Config {
         deadline: Duration::from_millis(20),
         ..Config::default()
-    })
-    .unwrap();
-    let component = rt.compile(&wasm("test_spin")).unwrap();
-    let mut spin = rt.instantiate("spin", &component, "", no_mesh()).unwrap();
+    };
+    let (rt, mut spin) = instance(config, "test_spin", "spin", "");
     assert_eq!(
         spin.regeneration_policy(&request(EndpointKind::Workload, false)),
         Err(CallError::Deadline)
@@ -156,14 +170,12 @@ fn decisions_outside_the_contract_are_bounded_or_refused() {
 
 #[test]
 fn a_memory_bomb_hits_its_cap_and_fails_that_call_only() {
-    let rt = Runtime::new(Config {
+    let config = Config {
         memory_cap: 8 << 20,
         deadline: Duration::from_secs(2),
         ..Config::default()
-    })
-    .unwrap();
-    let component = rt.compile(&wasm("test_memory_bomb")).unwrap();
-    let mut bomb = rt.instantiate("bomb", &component, "", no_mesh()).unwrap();
+    };
+    let (_rt, mut bomb) = instance(config, "test_memory_bomb", "bomb", "");
     assert_eq!(
         bomb.regeneration_policy(&request(EndpointKind::Workload, false)),
         Err(CallError::MemoryCap)
@@ -172,9 +184,7 @@ fn a_memory_bomb_hits_its_cap_and_fails_that_call_only() {
 
 #[test]
 fn a_trapping_plugin_fails_the_call_with_the_trap() {
-    let rt = Runtime::new(Config::default()).unwrap();
-    let component = rt.compile(&wasm("test_trap")).unwrap();
-    let mut trap = rt.instantiate("trap", &component, "", no_mesh()).unwrap();
+    let (_rt, mut trap) = instance(Config::default(), "test_trap", "trap", "");
     match trap.regeneration_policy(&request(EndpointKind::Workload, false)) {
         Err(CallError::Trap { reason }) => assert!(reason.contains("unreachable"), "{reason}"),
         other => panic!("expected a trap, got {other:?}"),
@@ -188,9 +198,7 @@ fn a_log_flood_is_cut_at_the_budget_and_counted() {
         deadline: Duration::from_secs(5),
         ..Config::default()
     };
-    let rt = Runtime::new(config).unwrap();
-    let component = rt.compile(&wasm("test_log_flood")).unwrap();
-    let mut flood = rt.instantiate("flood", &component, "", no_mesh()).unwrap();
+    let (_rt, mut flood) = instance(config, "test_log_flood", "flood", "");
     assert_eq!(
         flood.regeneration_policy(&request(EndpointKind::Workload, false)),
         Ok(Decision::Proceed)

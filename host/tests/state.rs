@@ -48,11 +48,7 @@ async fn remote_state_is_resolved_in_the_ipcache_and_removed_with_its_cluster() 
             r#"{"IP":"10.2.0.0","Mask":"////AA==","ID":16777217}"#,
         ),
     ];
-    let kv: Vec<(String, String)> = kv
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    etcd.put_all(&kv).await;
+    etcd.put_pairs(&kv).await;
 
     let state = Arc::new(State::new(NodeId {
         cluster: "local".into(),
@@ -146,11 +142,7 @@ async fn this_clusters_kvstore_feeds_the_state_with_source_kvstore() {
         ("cilium/state/identities/v1/id/65600", "k8s:app=db;"),
         ("cilium/state/ip/v1/default/10.1.0.8", "{broken"),
     ];
-    let kv: Vec<(String, String)> = kv
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    etcd.put_all(&kv).await;
+    etcd.put_pairs(&kv).await;
 
     let state = Arc::new(State::new(NodeId {
         cluster: "local".into(),

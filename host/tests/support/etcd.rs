@@ -221,6 +221,15 @@ impl Etcd {
         }
     }
 
+    /// Writes `(key, value)` pairs given as string slices.
+    pub async fn put_pairs(&self, kv: &[(&str, &str)]) {
+        let kv: Vec<(String, String)> = kv
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.put_all(&kv).await;
+    }
+
     /// Compacts at the current revision.
     pub async fn compact(&self) -> i64 {
         let mut c = self.client().await;
