@@ -406,3 +406,21 @@ fn sync_events_logs_and_counts_every_hook() {
     );
     assert_eq!((status.calls, status.failures), (6, 0));
 }
+
+#[test]
+fn a_plugin_built_against_another_wit_version_is_refused_with_the_reason() {
+    let rt = Runtime::new(Config::default()).unwrap();
+    let component = rt.compile(&wasm("test_wit_v2")).unwrap();
+    match rt.instantiate("v2", &component, "", no_mesh()) {
+        Err(weft::plugins::Error::Instantiate { plugin, reason }) => {
+            assert_eq!(plugin, "v2");
+            assert!(
+                reason.contains("incompatible WIT version")
+                    && reason.contains("weft:plugin/hooks@0.2.0"),
+                "{reason}"
+            );
+        }
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a 0.2.0 plugin must be refused"),
+    }
+}
