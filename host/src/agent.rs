@@ -1,17 +1,20 @@
 //! The running agent: wires kvstore, node registration, cluster mesh and the API.
 
 use crate::api::{self, StatusReport};
-use crate::clustermesh::{self, ClusterMesh, SyncCallbacks};
+use crate::clustermesh::{self, ClusterMesh};
 use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
 use crate::model::{Node, NodeAddress};
 use crate::node::{run_registration, NodeId, Registration};
+use crate::plugins::{self, CompileCache, PluginDir, PluginHost, PluginSet, TrustedKeys};
+use crate::regeneration::{self, wait_for_regeneration, Endpoint, RegenerationConfig};
 use crate::state::{run_local_kvstore, State};
 use std::future::Future;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// Everything the agent needs, parsed once at the edge.
 #[derive(Debug, Clone)]
@@ -30,6 +33,21 @@ pub struct Config {
     pub node_name: String,
     /// This node's addresses.
     pub node_ips: Vec<IpAddr>,
+    /// The plugins.
+    pub plugins: PluginsConfig,
+}
+
+/// Where plugins come from and how they are limited.
+#[derive(Debug, Clone, Default)]
+pub struct PluginsConfig {
+    /// One manifest per plugin; without it only the built-in default policy runs.
+    pub dir: Option<PathBuf>,
+    /// ed25519 public keys; when given, every plugin must be signed by one.
+    pub trusted_keys: Option<PathBuf>,
+    /// The compile cache (default `<state-dir>/plugin-cache`).
+    pub cache_dir: Option<PathBuf>,
+    /// Deadlines, memory cap, the longest wait a plugin may ask for.
+    pub runtime: plugins::Config,
 }
 
 /// What stops the agent from starting.
@@ -50,6 +68,9 @@ pub enum Error {
     /// The local etcd client could not be built.
     #[error(transparent)]
     Kvstore(#[from] kvstore::Error),
+    /// The plugin runtime or the trusted keys could not be set up.
+    #[error(transparent)]
+    Plugins(#[from] plugins::Error),
 }
 
 /// Runs the agent until `shutdown` completes, then stops the mesh without draining.
@@ -67,17 +88,34 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         name: config.node_name.clone(),
     }));
     state.nodes.upsert(Source::Local, own_node(&config));
-    let callbacks = SyncCallbacks::default();
-    let mesh = ClusterMesh::new(config.mesh.clone(), state.clone(), callbacks);
     let mut tasks = tokio::task::JoinSet::new();
+    // The plugins read the mesh, and the mesh calls the plugins: the view is tied
+    // once both exist.
+    let mesh_cell = Arc::new(OnceLock::<ClusterMesh>::new());
+    let view: plugins::MeshView = {
+        let cell = mesh_cell.clone();
+        Arc::new(move || {
+            cell.get()
+                .map(|m| m.status().iter().map(regeneration::cluster_sync).collect())
+                .unwrap_or_default()
+        })
+    };
+    let (plugin_host, plugins_loaded) = start_plugins(&config, view, &mut tasks)?;
+    let mesh = ClusterMesh::new(
+        config.mesh.clone(),
+        state.clone(),
+        plugin_host.sync_callbacks(),
+    );
+    let _ = mesh_cell.set(mesh.clone());
 
     let api_state = api::Handlers {
         status: {
-            let (mesh, state) = (mesh.clone(), state.clone());
+            let (mesh, state, plugins) = (mesh.clone(), state.clone(), plugin_host.clone());
             Box::new(move || StatusReport {
                 cluster: own_cluster.clone(),
                 clusters: mesh.status(),
                 totals: Some(state.totals()),
+                plugins: Some(plugins.report()),
             })
         },
         ipcache: {
@@ -117,15 +155,29 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if let Some(dir) = config.clustermesh_config.clone() {
         let m = mesh.clone();
         tasks.spawn(async move { m.run_config_dir(dir).await });
-        let m = mesh.clone();
-        let timeout = config.ip_identities_sync_timeout;
+        let (m, host, mut loaded) = (mesh.clone(), plugin_host.clone(), plugins_loaded);
+        let regeneration = RegenerationConfig {
+            default_timeout: config.ip_identities_sync_timeout,
+            ipsec: false,
+            wireguard: false,
+        };
         tasks.spawn(async move {
-            // Wait as endpoint regeneration will, for the clusters present at start.
+            // The host endpoint regenerates first after a restart: it waits as the
+            // policy decides, for the clusters present at start, once the plugins
+            // present at start are loaded.
             m.config_dir_synced().await;
-            let deadline = tokio::time::Instant::now() + timeout;
-            match m.ip_identities_synced(deadline).await {
-                Ok(r) => tracing::info!(synced = ?r.synced, disconnected = ?r.disconnected, "remote ipcache and identities synced"),
-                Err(e) => tracing::warn!(error = %e, "proceeding without full remote state"),
+            let _ = loaded.wait_for(|l| *l).await;
+            let endpoint = Endpoint {
+                kind: plugins::EndpointKind::Host,
+                restoring: true,
+            };
+            let outcome = wait_for_regeneration(&m, &host, regeneration, endpoint).await;
+            let decided_by = outcome.answer.decided_by.as_deref().unwrap_or("built-in default");
+            let verdict = &outcome.answer.verdict;
+            match outcome.result {
+                None => tracing::info!(decided_by, ?verdict, "host endpoint proceeds without waiting"),
+                Some(Ok(r)) => tracing::info!(decided_by, ?verdict, synced = ?r.synced, disconnected = ?r.disconnected, "remote state synced for the host endpoint"),
+                Some(Err(e)) => tracing::warn!(decided_by, ?verdict, error = %e, "host endpoint proceeds without full remote state"),
             }
         });
     }
@@ -142,6 +194,40 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tasks.shutdown().await;
     let _ = std::fs::remove_file(api::socket_path(&config.state_dir));
     Ok(())
+}
+
+/// The plugin host, with the plugin directory followed when one is configured. The
+/// receiver turns true once the plugins present at start are loaded.
+fn start_plugins(
+    config: &Config,
+    view: plugins::MeshView,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> Result<(PluginHost, watch::Receiver<bool>), Error> {
+    let pc = &config.plugins;
+    let runtime = Arc::new(plugins::Runtime::new(pc.runtime.clone())?);
+    let host = PluginHost::start(PluginSet::new(
+        runtime.clone(),
+        view,
+        plugins::Isolation::default(),
+    ));
+    let Some(dir) = pc.dir.clone() else {
+        return Ok((host, watch::channel(true).1));
+    };
+    let trusted = match &pc.trusted_keys {
+        Some(path) => TrustedKeys::read(path)?,
+        None => TrustedKeys::none(),
+    };
+    let cache_dir = pc
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| config.state_dir.join("plugin-cache"));
+    let cache = CompileCache::open(&cache_dir)
+        .inspect_err(|e| tracing::warn!(error = %e, "plugins load without a compile cache"))
+        .ok();
+    let loader = plugins::Loader::new(runtime, cache, trusted);
+    let (loaded_tx, loaded_rx) = watch::channel(false);
+    tasks.spawn(PluginDir::new(dir, loader, host.clone()).run(loaded_tx));
+    Ok((host, loaded_rx))
 }
 
 /// This node's record, as published and as stated to the node manager.

@@ -1,6 +1,6 @@
 //! The `weftd` command line: every flag also read from the environment.
 
-use crate::{agent, api, clustermesh, kvstore};
+use crate::{agent, api, clustermesh, kvstore, plugins};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show the running agent's view of the cluster mesh.
     Status(StatusArgs),
     /// Write this cluster's config to its etcd.
@@ -39,6 +39,29 @@ pub enum Command {
     /// Inspect the running agent's ipcache.
     #[command(subcommand)]
     Ipcache(IpcacheCommand),
+    /// Package plugins: signing keys, digests and signatures in manifests.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+/// `weftd plugin ...`.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Make an ed25519 signing key (mode 0600) and print its public key, the line to
+    /// put in the file given to --plugin-trusted-keys.
+    Keygen {
+        /// Where to write the secret key; an existing file is not overwritten.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Fill in a manifest's sha256 from its .wasm, and its signature with --key.
+    Seal {
+        /// The manifest.
+        manifest: PathBuf,
+        /// The signing key (from `weftd plugin keygen`).
+        #[arg(long)]
+        key: Option<PathBuf>,
+    },
 }
 
 /// `weftd ipcache ...`.
@@ -81,6 +104,32 @@ pub struct RunArgs {
     /// etcd limits of remote clusters.
     #[command(flatten)]
     pub kvstore: KvstoreArgs,
+    /// Plugins.
+    #[command(flatten)]
+    pub plugins: PluginArgs,
+}
+
+/// Where plugins come from and how they are limited.
+#[derive(Debug, Args)]
+pub struct PluginArgs {
+    /// Directory with one manifest (`*.toml`) per plugin, followed for hot reload.
+    #[arg(long, env = "WEFT_PLUGIN_DIR")]
+    pub plugin_dir: Option<PathBuf>,
+    /// File of ed25519 public keys (hex, one per line); every plugin must be signed by one.
+    #[arg(long, env = "WEFT_PLUGIN_TRUSTED_KEYS")]
+    pub plugin_trusted_keys: Option<PathBuf>,
+    /// Compile cache (default: <state-dir>/plugin-cache).
+    #[arg(long, env = "WEFT_PLUGIN_CACHE_DIR")]
+    pub plugin_cache_dir: Option<PathBuf>,
+    /// How long one plugin call may run.
+    #[arg(long, env = "WEFT_PLUGIN_DEADLINE", default_value = "50ms", value_parser = humantime::parse_duration)]
+    pub plugin_deadline: Duration,
+    /// Linear memory one plugin instance may use, in MiB.
+    #[arg(long, env = "WEFT_PLUGIN_MEMORY_MIB", default_value_t = 32)]
+    pub plugin_memory_mib: usize,
+    /// The longest regeneration wait a plugin may ask for.
+    #[arg(long, env = "WEFT_PLUGIN_MAX_WAIT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub plugin_max_wait: Duration,
 }
 
 /// Remote etcd client limits.
@@ -167,6 +216,17 @@ impl RunArgs {
             ip_identities_sync_timeout: self.clustermesh_ip_identities_sync_timeout,
             node_name,
             node_ips: self.node_ip,
+            plugins: agent::PluginsConfig {
+                dir: self.plugins.plugin_dir,
+                trusted_keys: self.plugins.plugin_trusted_keys,
+                cache_dir: self.plugins.plugin_cache_dir,
+                runtime: plugins::Config {
+                    deadline: self.plugins.plugin_deadline,
+                    memory_cap: self.plugins.plugin_memory_mib << 20,
+                    max_wait: self.plugins.plugin_max_wait,
+                    ..plugins::Config::default()
+                },
+            },
         }
     }
 }
@@ -185,6 +245,9 @@ pub fn render_status(report: &api::StatusReport) -> String {
             t.local_identities,
             t.rejected,
         ));
+    }
+    if let Some(p) = &report.plugins {
+        out.push_str(&render_plugins(p));
     }
     if report.clusters.is_empty() {
         out.push_str("no remote clusters\n");
@@ -218,6 +281,48 @@ pub fn render_status(report: &api::StatusReport) -> String {
             cell(c.synced.services, c.counts.services),
             c.malformed,
             c.last_error.as_deref().unwrap_or("-"),
+        ));
+    }
+    out
+}
+
+/// The plugins part of `weftd status`.
+fn render_plugins(p: &plugins::PluginsReport) -> String {
+    let mut out = format!(
+        "plugins: {} loaded, {} refused ({} loads, {} failed)\n",
+        p.loaded.len(),
+        p.refused.len(),
+        p.loads,
+        p.failed_loads
+    );
+    if !p.loaded.is_empty() {
+        out.push_str(&format!(
+            "  {:<22} {:<9} {:>8} {:<14} {:>8} {:>8} {:<11}  {}\n",
+            "PLUGIN", "VERSION", "PRIORITY", "DIGEST", "CALLS", "FAILURES", "STATE", "LAST ERROR"
+        ));
+    }
+    for s in &p.loaded {
+        out.push_str(&format!(
+            "  {:<22} {:<9} {:>8} {:<14} {:>8} {:>8} {:<11}  {}\n",
+            s.name,
+            s.version,
+            s.priority,
+            s.digest.get(..12).unwrap_or(&s.digest),
+            s.calls,
+            s.failures,
+            s.state,
+            s.last_error.as_deref().unwrap_or("-"),
+        ));
+    }
+    for r in &p.refused {
+        let kept = r
+            .kept
+            .as_ref()
+            .map_or(String::new(), |k| format!(" (still running: {k})"));
+        out.push_str(&format!(
+            "  refused {}: {}{kept}\n",
+            r.manifest.display(),
+            r.error
         ));
     }
     out

@@ -1,13 +1,14 @@
 //! weft: a node agent for multi-cluster networking.
 //!
 //! Start with `ARCHITECTURE.md` at the repository root: it maps these modules.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod clustermesh;
+pub mod dirwatch;
 pub mod identity;
 pub mod ipcache;
 pub mod k8s;
@@ -15,4 +16,5 @@ pub mod kvstore;
 pub mod model;
 pub mod node;
 pub mod plugins;
+pub mod regeneration;
 pub mod state;

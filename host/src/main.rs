@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use weft::cli::{self, Cli, Command, IpcacheCommand, LogFormat, Output};
+use weft::cli::{self, Cli, Command, IpcacheCommand, LogFormat, Output, PluginCommand};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -30,6 +30,29 @@ async fn main() -> anyhow::Result<()> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
                 Output::Text => print!("{}", cli::render_ipcache(&rows)),
             }
+        }
+        Command::Plugin(PluginCommand::Keygen { out }) => {
+            let public = weft::plugins::generate_signing_key(&out)?;
+            println!("{}", hex::encode(public.as_bytes()));
+        }
+        Command::Plugin(PluginCommand::Seal { manifest, key }) => {
+            let key = key
+                .as_deref()
+                .map(weft::plugins::read_signing_key)
+                .transpose()?;
+            let m = weft::plugins::seal(&manifest, key.as_ref())?;
+            println!(
+                "{}: {} {} sha256 {}{}",
+                manifest.display(),
+                m.name,
+                m.version,
+                m.sha256,
+                if m.signature.is_some() {
+                    ", signed"
+                } else {
+                    ""
+                }
+            );
         }
         Command::ClusterConfig(args) => {
             cli::write_cluster_config(&args).await?;

@@ -1,8 +1,7 @@
 //! Plugins as real `wasm32-wasip2` components: the shipped regeneration policy, and
 //! misbehaving plugins isolated by the host.
 
-use std::path::PathBuf;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 use weft::clustermesh::Resource;
 use weft::plugins::{
@@ -11,29 +10,10 @@ use weft::plugins::{
     Wait,
 };
 
-/// Builds the plugin workspace for wasm32-wasip2 once per test binary (a no-op when up
-/// to date) and returns the path of plugin `name`.
+mod support;
+
 fn wasm(name: &str) -> Vec<u8> {
-    static BUILD: Once = Once::new();
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    BUILD.call_once(|| {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-                "--manifest-path",
-            ])
-            .arg(root.join("plugins/Cargo.toml"))
-            .status()
-            .expect("cargo runs");
-        assert!(
-            status.success(),
-            "building the plugins failed (is the wasm32-wasip2 target installed? `make deps`)"
-        );
-    });
-    let path = root.join(format!("plugins/target/wasm32-wasip2/release/{name}.wasm"));
+    let path = support::plugin_wasm(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

@@ -12,6 +12,7 @@ pub use server::{serve, Handlers};
 
 use crate::clustermesh::ClusterStatus;
 use crate::ipcache::{Entry, Prefix};
+use crate::plugins::PluginsReport;
 use crate::state::Totals;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -26,6 +27,9 @@ pub struct StatusReport {
     /// Totals of the state stage (ipcache, nodes, identities).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub totals: Option<Totals>,
+    /// The plugins: loaded, refused, loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugins: Option<PluginsReport>,
 }
 
 /// One resolved ipcache entry, as `weftd ipcache list` shows it.

@@ -1,8 +1,8 @@
 //! The clustermesh config directory as a stream of added, changed and removed clusters.
 
 use super::config_file::{parse_config_file, ConfigError};
+use crate::dirwatch::DirWake;
 use crate::kvstore::Endpoints;
-use notify::Watcher as _;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,14 +46,11 @@ pub fn watch_dir(dir: PathBuf) -> ReceiverStream<DirEvent> {
 fn watch_dir_counting(dir: PathBuf, scans: Arc<AtomicUsize>) -> ReceiverStream<DirEvent> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
-        let (wake_tx, mut wake) = mpsc::unbounded_channel();
-        let mut watcher = None;
+        let mut wake = DirWake::new(dir.clone(), RESCAN);
         let mut known: BTreeMap<String, Vec<u8>> = BTreeMap::new();
         let mut init_done = false;
         loop {
-            if watcher.is_none() {
-                watcher = start_notify(&dir, wake_tx.clone());
-            }
+            wake.arm();
             scans.fetch_add(1, Ordering::Relaxed);
             let mut events = rescan(&dir, &mut known);
             if !std::mem::replace(&mut init_done, true) {
@@ -65,26 +62,12 @@ fn watch_dir_counting(dir: PathBuf, scans: Arc<AtomicUsize>) -> ReceiverStream<D
                 }
             }
             tokio::select! {
-                _ = wake.recv() => {}
-                _ = tokio::time::sleep(RESCAN) => {}
+                _ = wake.changed() => {}
                 _ = tx.closed() => return,
             }
         }
     });
     ReceiverStream::new(rx)
-}
-
-fn start_notify(dir: &Path, wake: mpsc::UnboundedSender<()>) -> Option<notify::RecommendedWatcher> {
-    let mut w = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Reading the files during a rescan produces open/access events: waking on
-        // those would rescan forever.
-        if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
-            let _ = wake.send(());
-        }
-    })
-    .ok()?;
-    w.watch(dir, notify::RecursiveMode::NonRecursive).ok()?;
-    Some(w)
 }
 
 /// Reads every cluster file and reports what differs from `known`.

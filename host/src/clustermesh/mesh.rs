@@ -129,6 +129,8 @@ impl ClusterMesh {
             .lock()
             .expect("ids lock poisoned")
             .release(name);
+        // Before the drain, so the hook still sees what the cluster held.
+        member.cluster.announce_disconnect();
         member.cluster.drain();
         tracing::info!(cluster = name, "remote cluster removed and drained");
     }

@@ -114,10 +114,14 @@ pub struct ClusterInfo {
 /// A callback run once per remote cluster when one resource's initial list is in.
 pub type SyncCallback = Arc<dyn Fn(Resource, &ClusterInfo) + Send + Sync>;
 
-/// Callbacks per resource, registered before the mesh starts.
+/// A callback run when a remote cluster is disconnected for good.
+pub type DisconnectCallback = Arc<dyn Fn(&ClusterInfo) + Send + Sync>;
+
+/// Callbacks per resource, and on disconnection, registered before the mesh starts.
 #[derive(Clone, Default)]
 pub struct SyncCallbacks {
     by_resource: [Vec<SyncCallback>; 4],
+    disconnected: Vec<DisconnectCallback>,
 }
 
 impl SyncCallbacks {
@@ -133,6 +137,22 @@ impl SyncCallbacks {
         self
     }
 
+    /// Runs `f` when a remote cluster that was accepted is disconnected in the sense
+    /// of the barriers: removed, or refused (bad config, ID clash, required config
+    /// missing). Not on a transient etcd outage, which keeps waiters pending, and not
+    /// when the agent stops. Runs again after the cluster is accepted again.
+    #[must_use]
+    pub fn on_disconnected(mut self, f: impl Fn(&ClusterInfo) + Send + Sync + 'static) -> Self {
+        self.disconnected.push(Arc::new(f));
+        self
+    }
+
+    fn run_disconnected(&self, info: &ClusterInfo) {
+        for f in &self.disconnected {
+            f(info);
+        }
+    }
+
     fn run(&self, resource: Resource, info: &ClusterInfo) {
         for f in &self.by_resource[resource.index()] {
             f(resource, info);
@@ -145,6 +165,7 @@ impl std::fmt::Debug for SyncCallbacks {
         let counts: Vec<usize> = self.by_resource.iter().map(Vec::len).collect();
         f.debug_struct("SyncCallbacks")
             .field("per_resource", &counts)
+            .field("disconnected", &self.disconnected.len())
             .finish()
     }
 }

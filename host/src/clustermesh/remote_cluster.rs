@@ -35,6 +35,9 @@ struct Inner {
     /// The ID the cluster was accepted with, when it announced one.
     id: Option<u32>,
     accepted: bool,
+    /// Accepted since the last disconnection callback: the next refusal or removal
+    /// runs it.
+    announce_disconnect: bool,
     failing: HashSet<StreamKey>,
     last_error: Option<String>,
     malformed: u64,
@@ -73,6 +76,15 @@ impl RemoteCluster {
         inner.last_error = Some(reason);
         drop(inner);
         self.disconnect();
+        self.announce_disconnect();
+    }
+
+    /// Runs the disconnection callbacks once per acceptance (refusal, removal).
+    pub fn announce_disconnect(&self) {
+        let announce = std::mem::take(&mut self.lock().announce_disconnect);
+        if announce {
+            self.callbacks.run_disconnected(&self.info());
+        }
     }
 
     /// A transient problem (etcd unreachable, config not there yet): barriers stay
@@ -88,6 +100,7 @@ impl RemoteCluster {
     pub fn accept(&self, id: Option<u32>) {
         let mut inner = self.lock();
         inner.accepted = true;
+        inner.announce_disconnect = true;
         inner.id = id.or(inner.id);
         inner.failing.clear();
         drop(inner);

@@ -88,9 +88,24 @@ impl ClusterMesh {
         resources: &[Resource],
         deadline: Instant,
     ) -> Result<SyncReport, SyncTimeout> {
+        self.wait_synced_of(resources, &[], deadline).await
+    }
+
+    /// [`Self::wait_synced`] for the named clusters only (all when `clusters` is
+    /// empty). A named cluster that is not present is not waited for.
+    ///
+    /// # Errors
+    /// [`SyncTimeout`] naming what is still pending at the deadline.
+    pub async fn wait_synced_of(
+        &self,
+        resources: &[Resource],
+        clusters: &[String],
+        deadline: Instant,
+    ) -> Result<SyncReport, SyncTimeout> {
         let mut waiters: Vec<(String, Vec<(Resource, Waiter)>)> = self
             .members()
             .iter()
+            .filter(|c| clusters.is_empty() || clusters.iter().any(|n| **n == *c.name))
             .map(|c| {
                 let w = resources
                     .iter()

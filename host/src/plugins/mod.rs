@@ -5,19 +5,32 @@
 //! hook's contract ([`enforce`]): a plugin's answer is bounded before it is acted on.
 
 mod bindings;
+mod cache;
 mod contract;
+mod directory;
+mod host;
 mod host_state;
+mod loader;
+mod manifest;
 mod runtime;
 mod set;
 
 pub use bindings::weft::plugin::types::{
     Cluster, ClusterSync, Decision, EndpointKind, RegenerationRequest, ResourceCounts, Wait,
 };
+pub use cache::{CacheOutcome, CompileCache};
 pub use contract::{default_verdict, enforce, Verdict, Violation};
+pub use directory::{Changes, PluginDir};
+pub use host::{cluster, PluginHost, PluginsReport, Refusal};
 pub use host_state::MeshView;
+pub use loader::Loader;
+pub use manifest::{
+    digest_hex, generate_signing_key, read_signing_key, seal, Manifest, TrustedKeys,
+};
 pub use runtime::{CallError, Instance, Runtime};
 pub use set::{Answer, Isolation, LoadedPlugin, PluginSet, PluginStatus};
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Limits of the plugin runtime.
@@ -45,7 +58,7 @@ impl Default for Config {
 }
 
 /// What can go wrong setting up or loading a plugin.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// wasmtime could not be set up.
     #[error("plugin engine: {reason}")]
@@ -74,6 +87,80 @@ pub enum Error {
         plugin: String,
         /// Its error, or how it trapped.
         reason: String,
+    },
+    /// A manifest cannot be read or parsed.
+    #[error("bad plugin manifest {path}: {reason}")]
+    Manifest {
+        /// The manifest.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The trusted keys file cannot be read or parsed.
+    #[error("bad trusted keys file {path}: {reason}")]
+    TrustedKeys {
+        /// The file.
+        path: PathBuf,
+        /// Why (with the line).
+        reason: String,
+    },
+    /// The component file cannot be read.
+    #[error("cannot read plugin {plugin:?} component {path}: {reason}")]
+    Wasm {
+        /// The plugin.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The component is not the one the manifest names.
+    #[error("plugin {plugin:?} refused: wrong digest: the manifest says sha256 {expected}, the file has {actual}")]
+    Digest {
+        /// The plugin.
+        plugin: String,
+        /// The manifest's digest.
+        expected: String,
+        /// The file's.
+        actual: String,
+    },
+    /// Trusted keys are configured and the manifest carries no signature.
+    #[error("plugin {plugin:?} refused: unsigned, and --plugin-trusted-keys requires a signature")]
+    Unsigned {
+        /// The plugin.
+        plugin: String,
+    },
+    /// The signature is malformed or verifies with no trusted key.
+    #[error("plugin {plugin:?} refused: bad signature: {reason}")]
+    Signature {
+        /// The plugin.
+        plugin: String,
+        /// Why.
+        reason: String,
+    },
+    /// The compile cache directory cannot be used.
+    #[error("plugin compile cache {path}: {reason}")]
+    Cache {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A signing key file cannot be read, parsed or written.
+    #[error("signing key {path}: {reason}")]
+    SigningKey {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Two manifests name the same plugin.
+    #[error("plugin {plugin:?} refused: its name is already used by {other}")]
+    DuplicateName {
+        /// The plugin.
+        plugin: String,
+        /// The other manifest.
+        other: PathBuf,
     },
 }
 

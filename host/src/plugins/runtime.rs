@@ -140,23 +140,51 @@ fn ticks(d: Duration) -> u64 {
     (d.as_millis() / TICK.as_millis()).max(1) as u64 + 1
 }
 
-/// Names the WIT version problem when the component speaks another version.
+/// The functions of `weft:plugin/hooks`, as the WIT names them.
+const HOOKS: [&str; 7] = [
+    "init",
+    "on-identities-synced",
+    "on-nodes-synced",
+    "on-ipcache-synced",
+    "on-services-synced",
+    "on-cluster-disconnected",
+    "regeneration-policy",
+];
+
+/// Says what does not fit: another WIT version, a missing interface, missing
+/// functions, or (wasmtime's words) a function of the wrong type.
 fn describe_instantiate(component: &Component, e: &wasmtime::Error) -> String {
+    use wasmtime::component::types::ComponentItem;
     let engine = component.engine();
-    let exports: Vec<String> = component
-        .component_type()
-        .exports(engine)
-        .map(|(name, _)| name.to_owned())
-        .collect();
     let ours = "weft:plugin/hooks@0.1.0";
-    match exports.iter().find(|n| n.starts_with("weft:plugin/hooks@")) {
-        Some(other) if other != ours => {
+    let ty = component.component_type();
+    let exports: Vec<(String, ComponentItem)> = ty
+        .exports(engine)
+        .map(|(name, item)| (name.to_owned(), item.ty))
+        .collect();
+    match exports
+        .iter()
+        .find(|(n, _)| n.starts_with("weft:plugin/hooks@"))
+    {
+        Some((other, _)) if other != ours => {
             format!(
                 "incompatible WIT version: the plugin exports {other}, this agent speaks {ours}"
             )
         }
-        None => format!("missing export {ours} (the plugin exports {exports:?})"),
-        Some(_) => format!("{e:#}"),
+        None => {
+            let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
+            format!("missing export {ours} (the plugin exports {names:?})")
+        }
+        Some((_, ComponentItem::ComponentInstance(hooks))) => {
+            let present: Vec<&str> = hooks.exports(engine).map(|(n, _)| n).collect();
+            let missing: Vec<&str> = HOOKS.into_iter().filter(|h| !present.contains(h)).collect();
+            if missing.is_empty() {
+                format!("{ours} does not match the contract: {e:#}")
+            } else {
+                format!("missing export {} in {ours}", missing.join(", "))
+            }
+        }
+        Some(_) => format!("{ours} is not an interface instance: {e:#}"),
     }
 }
 

@@ -17,6 +17,7 @@ use super::runtime::{CallError, Instance, Runtime};
 use super::{Cluster, EndpointKind, RegenerationRequest};
 use crate::clustermesh::Resource;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::Component;
@@ -57,7 +58,7 @@ pub struct PluginStatus {
     /// The last failure.
     pub last_error: Option<String>,
     /// Counters the plugin reported (through `weft:plugin/metrics`).
-    pub counters: std::collections::BTreeMap<String, u64>,
+    pub counters: BTreeMap<String, u64>,
 }
 
 /// How a policy question was answered.
@@ -99,6 +100,8 @@ struct Slot {
     next_quarantine: Duration,
     quarantined_until: Option<Instant>,
     last_error: Option<String>,
+    /// Counters of instances replaced after a failure, so status keeps counting.
+    saved_counters: BTreeMap<String, u64>,
 }
 
 /// The loaded plugins of an agent.
@@ -143,6 +146,7 @@ impl PluginSet {
             next_quarantine: self.isolation.quarantine,
             quarantined_until: None,
             last_error: None,
+            saved_counters: BTreeMap::new(),
         });
         self.slots.sort_by(|a, b| {
             b.plugin
@@ -172,14 +176,7 @@ impl PluginSet {
         now: Instant,
     ) -> Answer {
         let max_wait = self.runtime.config().max_wait;
-        let default = || Answer {
-            verdict: default_verdict(
-                request.endpoint == EndpointKind::Host,
-                request.ipsec,
-                Duration::from_millis(request.default_timeout_ms),
-            ),
-            decided_by: None,
-        };
+        let default = || Self::default_answer(request);
         for i in 0..self.slots.len() {
             let outcome = self.call(i, now, |instance| instance.regeneration_policy(request));
             let Some(outcome) = outcome else { continue };
@@ -202,6 +199,18 @@ impl PluginSet {
             }
         }
         default()
+    }
+
+    /// The built-in default's answer to `request` ([`default_verdict`]).
+    pub fn default_answer(request: &RegenerationRequest) -> Answer {
+        Answer {
+            verdict: default_verdict(
+                request.endpoint == EndpointKind::Host,
+                request.ipsec,
+                Duration::from_millis(request.default_timeout_ms),
+            ),
+            decided_by: None,
+        }
     }
 
     /// Calls the "synced" hook of `resource` on every plugin.
@@ -265,8 +274,13 @@ impl PluginSet {
                 Some(Ok(v))
             }
             Err(e) => {
-                // A trapped instance is not entered again.
-                self.slots[i].instance = None;
+                // A trapped instance is not entered again; what it counted is kept.
+                let slot = &mut self.slots[i];
+                if let Some(old) = slot.instance.take() {
+                    for (name, n) in old.counters() {
+                        *slot.saved_counters.entry(name.clone()).or_default() += n;
+                    }
+                }
                 self.failed(i, now, e.to_string());
                 Some(Err(()))
             }
@@ -312,11 +326,13 @@ impl PluginSet {
                 }
                 .into(),
                 last_error: s.last_error.clone(),
-                counters: s
-                    .instance
-                    .as_ref()
-                    .map(|i| i.counters().clone())
-                    .unwrap_or_default(),
+                counters: {
+                    let mut c = s.saved_counters.clone();
+                    for (name, n) in s.instance.iter().flat_map(|i| i.counters()) {
+                        *c.entry(name.clone()).or_default() += n;
+                    }
+                    c
+                },
             })
             .collect()
     }

@@ -19,10 +19,14 @@ pub struct Lab {
 
 impl Lab {
     pub fn start(page_size: u32) -> Lab {
+        Self::start_with(page_size, SyncCallbacks::default())
+    }
+
+    /// [`Lab::start`] with `cbs` run besides the lab's own counting callbacks.
+    pub fn start_with(page_size: u32, mut cbs: SyncCallbacks) -> Lab {
         let recorder = Recorder::new();
         let callbacks: Arc<[AtomicUsize; 4]> = Arc::new(Default::default());
         let seen_counts = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut cbs = SyncCallbacks::default();
         for r in Resource::ALL {
             let (calls, seen) = (callbacks.clone(), seen_counts.clone());
             cbs = cbs.on(r, move |r, info| {

@@ -4,12 +4,14 @@
 
 mod etcd;
 mod mesh;
+mod plugins;
 mod proxy;
 mod tls;
 
 pub use mesh::{counts, Lab};
 
 pub use etcd::Etcd;
+pub use plugins::plugin_wasm;
 pub use proxy::Proxy;
 pub use tls::Pki;
 

@@ -1,0 +1,187 @@
+//! The on-disk compile cache: a compiled component per module digest and engine.
+//!
+//! An entry is named `<module sha256>-<engine hash>.cwasm`, where the engine hash covers
+//! wasmtime's own compatibility hash (version, target, compiler settings). Loading
+//! native code from disk is only as safe as the file, so an entry is never trusted:
+//! it carries an HMAC-SHA256 over its name and bytes under a key that only this node
+//! holds (`.key`, mode 0600, made on first use). A truncated, altered, renamed or
+//! foreign entry fails the check (or wasmtime's own), is ignored and rebuilt.
+
+#![allow(unsafe_code)] // `Component::deserialize`, guarded by the MAC; see `load`.
+
+use super::runtime::Runtime;
+use super::Error;
+use hmac::{Hmac, Mac as _};
+use sha2::Sha256;
+use std::hash::{Hash as _, Hasher as _};
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use wasmtime::component::Component;
+
+const MAGIC: &[u8; 8] = b"WEFTCC01";
+const MAC_LEN: usize = 32;
+
+/// How a component was obtained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Loaded from the cache: no compilation.
+    Hit,
+    /// Not in the cache: compiled and stored.
+    Miss,
+    /// An entry was there but refused (why), then compiled and stored again.
+    Rebuilt(String),
+}
+
+/// A directory of compiled components.
+#[derive(Clone)]
+pub struct CompileCache {
+    dir: PathBuf,
+    key: [u8; 32],
+}
+
+impl std::fmt::Debug for CompileCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompileCache")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompileCache {
+    /// Opens (creating) the cache in `dir`, with its key.
+    ///
+    /// # Errors
+    /// [`Error::Cache`] when the directory or its key cannot be made or read.
+    pub fn open(dir: &Path) -> Result<Self, Error> {
+        let err = |e: std::io::Error| Error::Cache {
+            path: dir.into(),
+            reason: e.to_string(),
+        };
+        std::fs::create_dir_all(dir).map_err(err)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+        let key_path = dir.join(".key");
+        let key = match std::fs::read(&key_path) {
+            Ok(bytes) if bytes.len() == 32 => bytes.try_into().expect("32 bytes"),
+            _ => {
+                let mut key = [0u8; 32];
+                std::io::Read::read_exact(
+                    &mut std::fs::File::open("/dev/urandom").map_err(err)?,
+                    &mut key,
+                )
+                .map_err(err)?;
+                write_atomically(&key_path, &key, 0o600).map_err(err)?;
+                key
+            }
+        };
+        Ok(Self {
+            dir: dir.into(),
+            key,
+        })
+    }
+
+    /// The entry's path for module `digest` (hex) on `runtime`'s engine.
+    pub fn entry_path(&self, runtime: &Runtime, digest: &str) -> PathBuf {
+        let mut h = std::hash::DefaultHasher::new();
+        runtime
+            .engine()
+            .precompile_compatibility_hash()
+            .hash(&mut h);
+        self.dir.join(format!("{digest}-{:016x}.cwasm", h.finish()))
+    }
+
+    /// The component of module `wasm` with digest `digest` (hex, already verified by
+    /// the caller): from the cache when a valid entry is there, else compiled and
+    /// stored.
+    ///
+    /// # Errors
+    /// [`Error::Compile`] when the bytes do not compile. A cache that cannot be
+    /// written is logged, not an error: the component still loads.
+    pub fn load(
+        &self,
+        runtime: &Runtime,
+        digest: &str,
+        wasm: &[u8],
+    ) -> Result<(Component, CacheOutcome), Error> {
+        let path = self.entry_path(runtime, digest);
+        let refused = match std::fs::read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => Some(e.to_string()),
+            Ok(bytes) => match self.check(&path, &bytes) {
+                Err(reason) => Some(reason),
+                // SAFETY: wasmtime runs the bytes as native code. They are exactly
+                // what `Component::serialize` wrote for this entry's name (the MAC
+                // under this node's key proves it), and wasmtime checks its own
+                // version and settings header before using them.
+                Ok(payload) => match unsafe { Component::deserialize(runtime.engine(), payload) } {
+                    Ok(c) => return Ok((c, CacheOutcome::Hit)),
+                    Err(e) => Some(format!("wasmtime refused it: {e:#}")),
+                },
+            },
+        };
+        if let Some(reason) = &refused {
+            tracing::warn!(entry = %path.display(), %reason, "compile cache entry ignored; rebuilding");
+        }
+        let component = runtime.compile(wasm)?;
+        match component.serialize() {
+            Ok(payload) => {
+                let mut file = Vec::with_capacity(MAGIC.len() + MAC_LEN + payload.len());
+                file.extend_from_slice(MAGIC);
+                file.extend_from_slice(&self.mac(&path, &payload));
+                file.extend_from_slice(&payload);
+                if let Err(e) = write_atomically(&path, &file, 0o600) {
+                    tracing::warn!(entry = %path.display(), error = %e, "cannot write the compile cache");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot serialise a compiled plugin"),
+        }
+        let outcome = refused.map_or(CacheOutcome::Miss, CacheOutcome::Rebuilt);
+        Ok((component, outcome))
+    }
+
+    /// The payload of a well-formed entry whose MAC verifies.
+    fn check<'a>(&self, path: &Path, bytes: &'a [u8]) -> Result<&'a [u8], String> {
+        let rest = bytes
+            .strip_prefix(MAGIC.as_slice())
+            .ok_or("not a weft compile cache entry")?;
+        if rest.len() < MAC_LEN {
+            return Err("truncated".into());
+        }
+        let (mac, payload) = rest.split_at(MAC_LEN);
+        self.mac_state(path, payload)
+            .verify_slice(mac)
+            .map_err(|_| "integrity check failed (altered, renamed or from another node)")?;
+        Ok(payload)
+    }
+
+    fn mac_state(&self, path: &Path, payload: &[u8]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
+        let name = path
+            .file_name()
+            .map(|n| n.as_encoded_bytes())
+            .unwrap_or(b"");
+        mac.update(&(name.len() as u64).to_le_bytes());
+        mac.update(name);
+        mac.update(payload);
+        mac
+    }
+
+    fn mac(&self, path: &Path, payload: &[u8]) -> [u8; MAC_LEN] {
+        self.mac_state(path, payload).finalize().into_bytes().into()
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path` and renames it over `path`, so a
+/// reader never sees half an entry.
+fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,224 @@
+//! The plugin directory, followed: manifests added, changed and removed become loads,
+//! reloads and removals on the plugin host.
+//!
+//! A reload loads the new plugin completely (verify, compile, instantiate, `init`)
+//! before it replaces the running one; if any step fails the running plugin stays and
+//! the refusal is reported. A manifest is tried again only when it or its component
+//! changes.
+
+use super::host::{PluginHost, Refusal};
+use super::loader::Loader;
+use super::manifest::Manifest;
+use super::Error;
+use crate::dirwatch::DirWake;
+use sha2::{Digest as _, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How often the directory is read even without a notification.
+const RESCAN: Duration = Duration::from_secs(2);
+
+struct Tracked {
+    /// Of the manifest and its component, as last tried.
+    fingerprint: [u8; 32],
+    /// The plugin this manifest has running.
+    installed: Option<String>,
+}
+
+/// What one pass over the directory changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// Plugins loaded or reloaded.
+    pub loaded: Vec<String>,
+    /// Plugins removed (their manifest went away).
+    pub removed: Vec<String>,
+    /// Manifests refused.
+    pub refused: Vec<PathBuf>,
+}
+
+/// A plugin directory and what it has running on a host.
+pub struct PluginDir {
+    dir: PathBuf,
+    loader: Loader,
+    host: PluginHost,
+    known: BTreeMap<PathBuf, Tracked>,
+}
+
+impl PluginDir {
+    /// Follows `dir` (one `*.toml` manifest per plugin), loading with `loader` into
+    /// `host`.
+    pub fn new(dir: PathBuf, loader: Loader, host: PluginHost) -> Self {
+        Self {
+            dir,
+            loader,
+            host,
+            known: BTreeMap::new(),
+        }
+    }
+
+    /// Reads the directory once and applies what changed since the last pass.
+    pub async fn reconcile(&mut self) -> Changes {
+        let mut changes = Changes::default();
+        let present = manifests(&self.dir);
+        let gone: Vec<PathBuf> = self
+            .known
+            .keys()
+            .filter(|p| !present.contains(p))
+            .cloned()
+            .collect();
+        for path in gone {
+            if let Some(name) = self.known.remove(&path).and_then(|t| t.installed) {
+                self.host.remove(&name).await;
+                tracing::info!(plugin = %name, manifest = %path.display(), "plugin removed");
+                changes.removed.push(name);
+            }
+            self.set_refusal(&path, None);
+        }
+        for path in present {
+            match self.try_manifest(&path).await {
+                None => {}
+                Some(Ok(name)) => changes.loaded.push(name),
+                Some(Err(())) => changes.refused.push(path),
+            }
+        }
+        changes
+    }
+
+    /// Loads `path` if it changed: `None` when unchanged, the plugin's name when
+    /// (re)loaded.
+    async fn try_manifest(&mut self, path: &Path) -> Option<Result<String, ()>> {
+        let text = std::fs::read(path).unwrap_or_default();
+        let parsed = Manifest::read(path);
+        let wasm = parsed
+            .as_ref()
+            .ok()
+            .map(|m| std::fs::read(m.wasm_path(path)));
+        let mut h = Sha256::new();
+        h.update(&text);
+        if let Some(Ok(bytes)) = &wasm {
+            h.update(bytes);
+        }
+        let fingerprint: [u8; 32] = h.finalize().into();
+        let tracked = self.known.entry(path.into()).or_insert(Tracked {
+            fingerprint: [0; 32],
+            installed: None,
+        });
+        if tracked.fingerprint == fingerprint {
+            return None;
+        }
+        tracked.fingerprint = fingerprint;
+        let previous = tracked.installed.clone();
+        let result = self.load(path, parsed, wasm).await;
+        let failed = result.is_err();
+        self.host.update_report(|r| {
+            if failed {
+                r.failed_loads += 1;
+            } else {
+                r.loads += 1;
+            }
+        });
+        match result {
+            Ok(name) => {
+                if let Some(old) = previous.filter(|old| *old != name) {
+                    self.host.remove(&old).await;
+                }
+                self.known.get_mut(path).expect("tracked above").installed = Some(name.clone());
+                self.set_refusal(path, None);
+                tracing::info!(plugin = %name, manifest = %path.display(), "plugin loaded");
+                Some(Ok(name))
+            }
+            Err(e) => {
+                tracing::warn!(manifest = %path.display(), error = %e, kept = ?previous, "plugin refused");
+                self.set_refusal(
+                    path,
+                    Some(Refusal {
+                        manifest: path.into(),
+                        error: e.to_string(),
+                        kept: previous,
+                    }),
+                );
+                Some(Err(()))
+            }
+        }
+    }
+
+    async fn load(
+        &self,
+        path: &Path,
+        manifest: Result<Manifest, Error>,
+        wasm: Option<std::io::Result<Vec<u8>>>,
+    ) -> Result<String, Error> {
+        let manifest = manifest?;
+        if let Some((other, _)) = self.known.iter().find(|(p, t)| {
+            p.as_path() != path && t.installed.as_deref() == Some(manifest.name.as_str())
+        }) {
+            return Err(Error::DuplicateName {
+                plugin: manifest.name,
+                other: other.clone(),
+            });
+        }
+        let wasm = match wasm {
+            Some(Ok(bytes)) => bytes,
+            Some(Err(e)) => {
+                return Err(Error::Wasm {
+                    path: manifest.wasm_path(path),
+                    plugin: manifest.name,
+                    reason: e.to_string(),
+                })
+            }
+            None => unreachable!("the component is read when the manifest parses"),
+        };
+        let loader = self.loader.clone();
+        // Compiling takes milliseconds to seconds: off the async threads.
+        let (plugin, outcome) =
+            tokio::task::spawn_blocking(move || loader.load_bytes(manifest, &wasm))
+                .await
+                .map_err(|e| Error::Engine {
+                    reason: e.to_string(),
+                })??;
+        let name = plugin.name.clone();
+        tracing::debug!(plugin = %name, cache = ?outcome, "plugin compiled");
+        self.host.install(plugin).await?;
+        Ok(name)
+    }
+
+    fn set_refusal(&self, path: &Path, refusal: Option<Refusal>) {
+        self.host.update_report(|r| {
+            r.refused.retain(|x| x.manifest != path);
+            r.refused.extend(refusal);
+        });
+    }
+
+    /// Reconciles now, then on every change, until dropped. `loaded` turns true once
+    /// the first pass is done, so the first policy question sees the initial plugins.
+    pub async fn run(mut self, loaded: tokio::sync::watch::Sender<bool>) {
+        let mut wake = DirWake::new(self.dir.clone(), RESCAN);
+        loop {
+            wake.arm();
+            self.reconcile().await;
+            loaded.send_replace(true);
+            wake.changed().await;
+        }
+    }
+}
+
+/// The manifests in `dir`: non-hidden `*.toml` files (symlinks followed, as Kubernetes'
+/// ConfigMap mounts need).
+fn manifests(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default();
+            !name.starts_with('.') && name.ends_with(".toml") && p.is_file()
+        })
+        .collect();
+    found.sort();
+    found
+}

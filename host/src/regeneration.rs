@@ -1,0 +1,83 @@
+//! How long an endpoint's regeneration waits for remote state: the plugins' policy
+//! asked, bounded by the host, then carried out on the mesh's barriers.
+
+use crate::clustermesh::{ClusterMesh, ClusterStatus, SyncReport, SyncTimeout};
+use crate::plugins::{Answer, ClusterSync, EndpointKind, PluginHost, RegenerationRequest, Verdict};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The endpoint being regenerated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The host endpoint or a workload.
+    pub kind: EndpointKind,
+    /// Restoring after an agent restart.
+    pub restoring: bool,
+}
+
+/// The node's encryption and the configured default wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegenerationConfig {
+    /// `--clustermesh-ip-identities-sync-timeout`.
+    pub default_timeout: Duration,
+    /// IPsec is on.
+    pub ipsec: bool,
+    /// WireGuard is on.
+    pub wireguard: bool,
+}
+
+/// How a regeneration wait ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitOutcome {
+    /// The policy's answer.
+    pub answer: Answer,
+    /// `None` when the verdict was to proceed; else the wait's result.
+    pub result: Option<Result<SyncReport, SyncTimeout>>,
+}
+
+/// The hook's view of one remote cluster.
+pub fn cluster_sync(s: &ClusterStatus) -> ClusterSync {
+    ClusterSync {
+        name: s.name.clone(),
+        connected: s.connected,
+        nodes_synced: s.synced.nodes,
+        ipcache_synced: s.synced.ipcache,
+        identities_synced: s.synced.identities,
+        services_synced: s.synced.services,
+    }
+}
+
+/// Asks the policy for `endpoint` and waits as it decides. The wait is bounded by the
+/// verdict's timeout, which the host has already clamped.
+pub async fn wait_for_regeneration(
+    mesh: &ClusterMesh,
+    plugins: &PluginHost,
+    config: RegenerationConfig,
+    endpoint: Endpoint,
+) -> WaitOutcome {
+    let request = RegenerationRequest {
+        endpoint: endpoint.kind,
+        restoring: endpoint.restoring,
+        ipsec: config.ipsec,
+        wireguard: config.wireguard,
+        default_timeout_ms: u64::try_from(config.default_timeout.as_millis()).unwrap_or(u64::MAX),
+        clusters: mesh.status().iter().map(cluster_sync).collect(),
+    };
+    let answer = plugins.regeneration_policy(request).await;
+    let result = match &answer.verdict {
+        Verdict::Wait {
+            timeout,
+            barriers,
+            clusters,
+        } => {
+            let now = Instant::now();
+            // A year stands for "no bound" where the clock cannot add the timeout.
+            let deadline = now
+                .checked_add(*timeout)
+                .unwrap_or(now + Duration::from_secs(365 * 86_400));
+            Some(mesh.wait_synced_of(barriers, clusters, deadline).await)
+        }
+        Verdict::Proceed | Verdict::NoOpinion => None,
+    };
+    WaitOutcome { answer, result }
+}

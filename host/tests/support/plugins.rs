@@ -1,0 +1,29 @@
+//! The plugin workspace, built once per test binary.
+
+use std::path::PathBuf;
+use std::sync::Once;
+
+/// Builds the plugin workspace for wasm32-wasip2 once per test binary (a no-op when up
+/// to date) and returns the path of plugin `name`'s component.
+pub fn plugin_wasm(name: &str) -> PathBuf {
+    static BUILD: Once = Once::new();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    BUILD.call_once(|| {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "--manifest-path",
+            ])
+            .arg(root.join("plugins/Cargo.toml"))
+            .status()
+            .expect("cargo runs");
+        assert!(
+            status.success(),
+            "building the plugins failed (is the wasm32-wasip2 target installed? `make deps`)"
+        );
+    });
+    root.join(format!("plugins/target/wasm32-wasip2/release/{name}.wasm"))
+}
