@@ -378,37 +378,44 @@ fn the_compile_cache_hits_and_never_trusts_a_bad_entry() {
 }
 
 #[tokio::test]
-async fn mesh_callbacks_call_the_sync_hooks_and_the_disconnected_hook() {
+async fn mesh_callbacks_call_the_hooks_and_late_plugins_learn_what_synced_before() {
     let etcd = support::Etcd::start().await;
     let runtime = Arc::new(Runtime::new(Config::default()).unwrap());
     let mut set = PluginSet::new(runtime.clone(), Arc::new(Vec::new), Isolation::default());
     let component = runtime
         .compile(&std::fs::read(support::plugin_wasm("sync_events")).unwrap())
         .unwrap();
-    set.insert(weft::plugins::LoadedPlugin {
-        name: "sync-events".into(),
+    let plugin = |name: &str| weft::plugins::LoadedPlugin {
+        name: name.into(),
         version: "1".into(),
         digest: "-".into(),
         priority: 0,
         config: String::new(),
-        component,
-    })
-    .unwrap();
+        component: component.clone(),
+    };
+    set.insert(plugin("sync-events")).unwrap();
     let host = PluginHost::start(set);
     let lab = support::Lab::start_with(256, host.sync_callbacks());
     support::seed_cluster(&etcd, "east", 2, 3).await;
     support::put_cluster_config(&etcd, "east", r#"{"id":2}"#).await;
     lab.add("east", &etcd.url());
     lab.until("east ready", "east", |s| s.ready).await;
-    let counter = |name: &str| {
+    let counter_of = |plugin: &str, name: &str| {
         let report = host.report();
-        report.loaded[0].counters.get(name).copied().unwrap_or(0)
+        let p = report.loaded.iter().find(|p| p.name == plugin).unwrap();
+        p.counters.get(name).copied().unwrap_or(0)
     };
+    let counter = |name: &str| counter_of("sync-events", name);
     host.flush().await;
     for r in ["nodes", "ipcache", "identities", "services"] {
         assert_eq!(counter(&format!("sync_events_{r}")), 1, "{r}");
     }
     assert_eq!(counter("sync_events_disconnected"), 0);
+    // A plugin loaded later is told of the clusters already synced.
+    host.install(plugin("late")).await.unwrap();
+    for r in ["nodes", "ipcache", "identities", "services"] {
+        assert_eq!(counter_of("late", &format!("sync_events_{r}")), 1, "{r}");
+    }
     lab.remove("east");
     support::eventually("east removed", Duration::from_secs(30), || {
         lab.status_of("east").is_none().then_some(())
@@ -416,5 +423,8 @@ async fn mesh_callbacks_call_the_sync_hooks_and_the_disconnected_hook() {
     .await;
     host.flush().await;
     assert_eq!(counter("sync_events_disconnected"), 1);
+    // ... but not of a cluster that went away.
+    host.install(plugin("later")).await.unwrap();
+    assert_eq!(counter_of("later", "sync_events_nodes"), 0);
     assert_eq!(host.report().loaded[0].failures, 0);
 }

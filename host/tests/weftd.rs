@@ -1,5 +1,6 @@
 //! `weftd` end to end: two agents in two clusters (one etcd each) publish their nodes
-//! and see each other; the status JSON contract; the node record outlives etcd's loss.
+//! and see each other; the status JSON contract; the node record outlives etcd's loss;
+//! plugins packaged with `weftd plugin`, loaded, called and reloaded by the agent.
 
 mod support;
 
@@ -17,6 +18,11 @@ struct Agent {
 
 impl Agent {
     fn start(cluster: &str, id: u32, etcd: &Etcd) -> Agent {
+        Self::start_with(cluster, id, etcd, &[])
+    }
+
+    /// [`Agent::start`] with `extra` flags.
+    fn start_with(cluster: &str, id: u32, etcd: &Etcd, extra: &[&std::ffi::OsStr]) -> Agent {
         // Node addresses are data here: nothing is sent to them.
         let node_ip = format!("192.0.2.{id}");
         let state = tempfile::tempdir().unwrap();
@@ -42,6 +48,7 @@ impl Agent {
                 &node_ip,
             ])
             .args(["--log-format", "json"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -51,6 +58,10 @@ impl Agent {
             state,
             mesh_dir,
         }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.state.path().join("weftd.log")).unwrap_or_default()
     }
 
     fn status_json(&self) -> Option<serde_json::Value> {
@@ -72,6 +83,10 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- weftd log ---\n{}", self.log());
+            eprintln!("--- weftd status ---\n{:?}", self.status_json());
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -218,4 +233,173 @@ async fn node_record_is_published_again_after_etcd_loses_it() {
         }
     })
     .await;
+}
+
+fn weftd(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(WEFTD).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "weftd {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Copies plugin `file` into `dir` with a manifest, sealed and signed by `key` with
+/// `weftd plugin seal`.
+fn package(dir: &std::path::Path, name: &str, file: &str, version: &str, key: &std::path::Path) {
+    std::fs::copy(support::plugin_wasm(file), dir.join(format!("{file}.wasm"))).unwrap();
+    let tmp = dir.join(format!(".{name}.toml"));
+    std::fs::write(
+        &tmp,
+        format!("name = {name:?}\nversion = {version:?}\nwasm = \"{file}.wasm\"\nsha256 = \"\"\n"),
+    )
+    .unwrap();
+    weftd(&[
+        "plugin".as_ref(),
+        "seal".as_ref(),
+        tmp.as_os_str(),
+        "--key".as_ref(),
+        key.as_os_str(),
+    ]);
+    // Renamed into place whole, as an operator's tooling (or a ConfigMap) would.
+    std::fs::rename(&tmp, dir.join(format!("{name}.toml"))).unwrap();
+}
+
+#[tokio::test]
+async fn an_agent_loads_signed_plugins_calls_their_hooks_and_reloads_them() {
+    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
+    cluster_config("cluster1", 1, &e1, false);
+    cluster_config("cluster2", 2, &e2, false);
+    support::seed_cluster(&e2, "cluster2", 2, 3).await;
+
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("vendor.key");
+    let public = weftd(&[
+        "plugin".as_ref(),
+        "keygen".as_ref(),
+        "--out".as_ref(),
+        key.as_os_str(),
+    ]);
+    let trusted = keys.path().join("trusted");
+    std::fs::write(&trusted, &public).unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    package(plugins.path(), "sync-events", "sync_events", "1.0.0", &key);
+    package(
+        plugins.path(),
+        "regeneration-policy",
+        "regeneration_policy",
+        "1.0.0",
+        &key,
+    );
+
+    let a1 = Agent::start_with(
+        "cluster1",
+        1,
+        &e1,
+        &[
+            "--plugin-dir".as_ref(),
+            plugins.path().as_os_str(),
+            "--plugin-trusted-keys".as_ref(),
+            trusted.as_os_str(),
+        ],
+    );
+    support::write_config_file(a1.mesh_dir.path(), "cluster2", &e2.url());
+
+    let plugin = |s: &serde_json::Value, name: &str| {
+        s["plugins"]["loaded"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+    };
+    let status = eventually(
+        "the sync hooks ran for cluster2",
+        Duration::from_secs(30),
+        || {
+            let s = a1.status_json()?;
+            let p = plugin(&s, "sync-events")?;
+            (p["counters"]["sync_events_identities"] == 1).then_some(s)
+        },
+    )
+    .await;
+    let p = plugin(&status, "sync-events").unwrap();
+    let keys: Vec<&String> = p.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "calls",
+            "counters",
+            "digest",
+            "failures",
+            "last_error",
+            "name",
+            "priority",
+            "state",
+            "version"
+        ],
+        "the plugin status contract"
+    );
+    let digest =
+        weft::plugins::digest_hex(&std::fs::read(support::plugin_wasm("sync_events")).unwrap());
+    assert_eq!(
+        (&p["version"], &p["digest"], &p["state"], &p["failures"]),
+        (&"1.0.0".into(), &digest.into(), &"active".into(), &0.into())
+    );
+    // The host endpoint's start-up wait was decided by the shipped policy plugin.
+    eventually(
+        "the policy plugin decided the host endpoint's wait",
+        Duration::from_secs(30),
+        || {
+            a1.log()
+                .contains("\"decided_by\":\"regeneration-policy\"")
+                .then_some(())
+        },
+    )
+    .await;
+
+    // An unsigned plugin is refused; the agent keeps serving with the others.
+    std::fs::copy(
+        support::plugin_wasm("critical_clusters"),
+        plugins.path().join("cc.wasm"),
+    )
+    .unwrap();
+    let unsigned = plugins.path().join("critical.toml");
+    std::fs::write(&unsigned, "name = \"critical\"\nversion = \"1\"\nwasm = \"cc.wasm\"\nsha256 = \"\"\nconfig = \"cluster2\"\n").unwrap();
+    weftd(&["plugin".as_ref(), "seal".as_ref(), unsigned.as_os_str()]);
+    let s = eventually(
+        "the unsigned plugin refused",
+        Duration::from_secs(30),
+        || {
+            a1.status_json().filter(|s| {
+                s["plugins"]["refused"]
+                    .as_array()
+                    .is_some_and(|r| !r.is_empty())
+            })
+        },
+    )
+    .await;
+    let error = s["plugins"]["refused"][0]["error"].as_str().unwrap();
+    assert!(error.contains("unsigned"), "{error}");
+
+    // A new version is picked up without a restart.
+    package(
+        plugins.path(),
+        "regeneration-policy",
+        "regeneration_policy",
+        "1.1.0",
+        &key,
+    );
+    eventually("version 1.1.0 running", Duration::from_secs(30), || {
+        let s = a1.status_json()?;
+        (plugin(&s, "regeneration-policy")?["version"] == "1.1.0").then_some(())
+    })
+    .await;
+    let text = weftd(&[
+        "status".as_ref(),
+        "--state-dir".as_ref(),
+        a1.state.path().as_os_str(),
+    ]);
+    assert!(text.contains("plugins: 2 loaded, 1 refused"), "{text}");
+    assert!(text.contains("regeneration-policy    1.1.0"), "{text}");
 }

@@ -6,6 +6,7 @@ use super::set::{Answer, LoadedPlugin, PluginSet, PluginStatus};
 use super::{Cluster, Error, RegenerationRequest};
 use crate::clustermesh::{ClusterInfo, Resource, SyncCallbacks};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -75,13 +76,19 @@ impl PluginHost {
                 let publish = |set: &PluginSet| {
                     shared.lock().expect("plugins report lock").loaded = set.statuses();
                 };
+                // The "synced" hooks run so far per cluster, replayed to a plugin
+                // loaded later: every plugin learns of every synced cluster once.
+                let mut history: BTreeMap<String, Vec<(Resource, Cluster)>> = BTreeMap::new();
                 for message in rx {
                     match message {
                         Message::Synced(r, cluster) => {
                             set.on_synced(r, &cluster);
+                            let h = history.entry(cluster.name.clone()).or_default();
+                            h.push((r, cluster));
                             publish(&set);
                         }
                         Message::Disconnected(cluster) => {
+                            history.remove(&cluster.name);
                             set.on_cluster_disconnected(&cluster);
                             publish(&set);
                         }
@@ -91,7 +98,13 @@ impl PluginHost {
                             let _ = reply.send(answer);
                         }
                         Message::Install(plugin, reply) => {
+                            let name = plugin.name.clone();
                             let result = set.insert(plugin);
+                            if result.is_ok() {
+                                for (r, cluster) in history.values().flatten() {
+                                    set.on_synced_of(&name, *r, cluster);
+                                }
+                            }
                             publish(&set);
                             let _ = reply.send(result);
                         }
@@ -131,7 +144,8 @@ impl PluginHost {
     }
 
     /// Instantiates `plugin`, calls its `init`, and only then replaces the plugin of
-    /// the same name.
+    /// the same name. The new plugin is then told of every cluster already synced,
+    /// as its "synced" hooks would have been called had it been there.
     ///
     /// # Errors
     /// [`Error`] when instantiation or `init` fails; the running plugin is kept.

@@ -221,6 +221,14 @@ impl PluginSet {
         }
     }
 
+    /// Calls the "synced" hook of `resource` on plugin `name` only.
+    pub fn on_synced_of(&mut self, name: &str, resource: Resource, cluster: &Cluster) {
+        let now = Instant::now();
+        if let Some(i) = self.slots.iter().position(|s| s.plugin.name == name) {
+            let _ = self.call(i, now, |instance| instance.on_synced(resource, cluster));
+        }
+    }
+
     /// Calls the "cluster disconnected" hook on every plugin.
     pub fn on_cluster_disconnected(&mut self, cluster: &Cluster) {
         let now = Instant::now();
