@@ -27,13 +27,15 @@ lint:
 
 ## demo: two clusters on loopback, one etcd and one weftd each; barriers go from
 ## pending to synced in `weftd status`. Cleans up on exit.
-demo: deps
+demo: deps plugins
 	$(CARGO) build -p weft --bin weftd
 	scripts/demo.sh
 
-## bench: the cluster-mesh sync benchmark (see BENCHMARKS.md).
-bench: deps
+## bench: the benchmarks of BENCHMARKS.md (mesh sync, ipcache, plugins).
+bench: deps plugins
 	$(CARGO) bench -p weft --bench mesh_sync
+	$(CARGO) bench -p weft --bench ipcache
+	$(CARGO) bench -p weft --bench plugins
 
 clean:
 	$(CARGO) clean

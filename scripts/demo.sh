@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The weft lab: two clusters on loopback, one real etcd and one weftd each. cluster2
 # announces sync canaries; its remaining state arrives step by step and the barriers in
-# `weftd status` go from pending to synced. Everything is cleaned up on exit.
+# `weftd status` go from pending to synced. cluster1's weftd runs the shipped plugins,
+# signed, and refuses a tampered reload. Everything is cleaned up on exit.
 # DEMO_HOLD=1 keeps the lab running until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,14 +36,23 @@ start_etcd() { # name -> sets ETCD_URL (not in a subshell: its PID must reach cl
   ETCD_URL="http://127.0.0.1:$cport"
 }
 
-start_weftd() { # cluster id etcd-url
+start_weftd() { # cluster id etcd-url [extra flags...]
   # The node address is only published data: nothing is sent to it.
   local c=$1 id=$2 url=$3
+  shift 3
   mkdir -p "$lab/$c/mesh"
   "$WEFTD" run --cluster-name "$c" --cluster-id "$id" --kvstore-endpoints "$url" \
     --clustermesh-config "$lab/$c/mesh" --state-dir "$lab/$c/state" \
-    --node-name "$c-node1" --node-ip "192.0.2.$id" >"$lab/$c/weftd.log" 2>&1 &
+    --node-name "$c-node1" --node-ip "192.0.2.$id" "$@" >"$lab/$c/weftd.log" 2>&1 &
   pids+=($!)
+}
+
+package() { # name wasm-file version priority config: manifest sealed and signed
+  cp "plugins/target/wasm32-wasip2/release/$2.wasm" "$lab/plugins/$2.wasm"
+  printf 'name = "%s"\nversion = "%s"\nwasm = "%s.wasm"\nsha256 = ""\npriority = %s\nconfig = "%s"\n' \
+    "$1" "$3" "$2" "$4" "$5" >"$lab/plugins/.$1.toml"
+  "$WEFTD" plugin seal "$lab/plugins/.$1.toml" --key "$lab/vendor.key"
+  mv "$lab/plugins/.$1.toml" "$lab/plugins/$1.toml"
 }
 
 status() { "$WEFTD" status --state-dir "$lab/$1/state"; }
@@ -55,8 +65,17 @@ echo "cluster1 etcd: $E1"; echo "cluster2 etcd: $E2"
 "$WEFTD" cluster-config --cluster-name cluster1 --cluster-id 1 --kvstore-endpoints "$E1"
 "$WEFTD" cluster-config --cluster-name cluster2 --cluster-id 2 --kvstore-endpoints "$E2" --synced-canaries
 
+step "plugins for cluster1's weftd: the shipped ones, signed with a vendor key"
+mkdir -p "$lab/plugins"
+"$WEFTD" plugin keygen --out "$lab/vendor.key" >"$lab/trusted-keys"
+echo "trusted key: $(cat "$lab/trusted-keys")"
+package regeneration-policy regeneration_policy 0.1.0 0 ""
+package sync-events sync_events 0.1.0 5 ""
+package critical-clusters critical_clusters 0.1.0 10 cluster2
+
 step "one weftd per cluster; each mesh directory names the other cluster"
-start_weftd cluster1 1 "$E1"; start_weftd cluster2 2 "$E2"
+start_weftd cluster1 1 "$E1" --plugin-dir "$lab/plugins" --plugin-trusted-keys "$lab/trusted-keys"
+start_weftd cluster2 2 "$E2"
 printf 'endpoints:\n- %s\n' "$E2" >"$lab/cluster1/mesh/cluster2"
 printf 'endpoints:\n- %s\n' "$E1" >"$lab/cluster2/mesh/cluster1"
 for _ in $(seq 100); do status cluster1 2>/dev/null | grep -q 'synced(1)' && break; sleep 0.1; done
@@ -83,6 +102,14 @@ status cluster2
 step "a malformed value is counted and skipped, nothing else is lost"
 put cilium/state/ip/v1/default/10.2.0.11 '{not json'
 sleep 1; status cluster1
+
+step "hot reload: a tampered critical-clusters 0.2.0 is refused; 0.1.0 keeps running"
+printf 'tampered' >>"$lab/plugins/critical_clusters.wasm"
+sed -i 's/^version = .*/version = "0.2.0"/' "$lab/plugins/critical-clusters.toml"
+for _ in $(seq 50); do status cluster1 | grep -q 'refused ' && break; sleep 0.1; done
+status cluster1 | sed -n '/^plugins:/,/^REMOTE/p' | grep -v '^REMOTE'
+echo "(the host endpoint's start-up wait, as the plugins decided it:)"
+grep -h 'host endpoint' "$lab/cluster1/weftd.log" | tail -1
 
 step "cluster1's ipcache: its own node (host), cluster2's node and pod, resolved"
 "$WEFTD" ipcache list --state-dir "$lab/cluster1/state"

@@ -1,1 +1,205 @@
-fn main() {}
+//! Plugin benchmark: the shipped `regeneration-policy` on a warm instance, per call
+//! (p50, p99), next to the same decision as a native Rust call in the same run; the
+//! time to instantiate (with `init`); the time to load a component from the compile
+//! cache next to compiling it. `cargo bench -p weft --bench plugins`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weft::plugins::{
+    digest_hex, enforce, ClusterSync, CompileCache, Config, Decision, EndpointKind, Isolation,
+    LoadedPlugin, PluginSet, RegenerationRequest, Runtime, Wait,
+};
+
+const CALLS: usize = 200_000;
+const INSTANCES: usize = 2_000;
+const LOADS: usize = 50;
+
+/// The shipped plugin's rule, natively: the baseline.
+#[inline(never)]
+fn native_policy(request: &RegenerationRequest) -> Decision {
+    let mut timeout_ms = request.default_timeout_ms;
+    if request.endpoint == EndpointKind::Host && request.ipsec {
+        timeout_ms = timeout_ms.min(5_000);
+    }
+    Decision::Wait(Wait {
+        timeout_ms,
+        barriers: vec!["ipcache".into(), "identities".into()],
+        clusters: vec![],
+    })
+}
+
+fn request() -> RegenerationRequest {
+    RegenerationRequest {
+        endpoint: EndpointKind::Workload,
+        restoring: true,
+        ipsec: false,
+        wireguard: false,
+        default_timeout_ms: 60_000,
+        clusters: (0..3)
+            .map(|i| ClusterSync {
+                name: format!("cluster-{i}"),
+                connected: true,
+                nodes_synced: true,
+                ipcache_synced: i != 0,
+                identities_synced: true,
+                services_synced: true,
+            })
+            .collect(),
+    }
+}
+
+/// Per-call durations of `f`, sorted.
+fn sample(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
+    for _ in 0..n / 10 {
+        f(); // warm-up
+    }
+    let mut d: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    d.sort();
+    d
+}
+
+fn pct(d: &[Duration], p: f64) -> Duration {
+    d[((d.len() - 1) as f64 * p) as usize]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.2} µs", d.as_secs_f64() * 1e6)
+}
+
+fn wasm(name: &str) -> Vec<u8> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--release", "--target", "wasm32-wasip2"])
+        .arg("--manifest-path")
+        .arg(root.join("plugins/Cargo.toml"))
+        .status()
+        .expect("cargo runs");
+    assert!(
+        status.success(),
+        "building the plugins failed (`make deps`)"
+    );
+    std::fs::read(root.join(format!("plugins/target/wasm32-wasip2/release/{name}.wasm")))
+        .expect("the plugin is built")
+}
+
+fn main() {
+    let rt = Arc::new(Runtime::new(Config::default()).unwrap());
+    let bytes = wasm("regeneration_policy");
+    let component = rt.compile(&bytes).unwrap();
+    let req = request();
+
+    // Per call: the hook on a warm instance, then through the whole set (contract
+    // enforcement, isolation bookkeeping), each next to native.
+    let mut instance = rt
+        .instantiate("regeneration-policy", &component, "", Arc::new(Vec::new))
+        .unwrap();
+    let wasm_calls = sample(CALLS, || {
+        std::hint::black_box(
+            instance
+                .regeneration_policy(std::hint::black_box(&req))
+                .unwrap(),
+        );
+    });
+    let native_calls = sample(CALLS, || {
+        std::hint::black_box(native_policy(std::hint::black_box(&req)));
+    });
+    let mut set = PluginSet::new(rt.clone(), Arc::new(Vec::new), Isolation::default());
+    set.insert(LoadedPlugin {
+        name: "regeneration-policy".into(),
+        version: "bench".into(),
+        digest: digest_hex(&bytes),
+        priority: 0,
+        config: String::new(),
+        component: component.clone(),
+    })
+    .unwrap();
+    let set_calls = sample(CALLS, || {
+        std::hint::black_box(set.regeneration_policy(std::hint::black_box(&req)));
+    });
+    let max_wait = rt.config().max_wait;
+    let native_enforced = sample(CALLS, || {
+        let d = native_policy(std::hint::black_box(&req));
+        std::hint::black_box(enforce(d, max_wait).unwrap());
+    });
+    // The clock's own cost, included in every sample above.
+    let clock = sample(CALLS, || {});
+
+    // Instantiation, `init` included: of a prepared plugin (what the set does, and
+    // again after a failed call), and from the component (with the contract check).
+    let prepared = rt.prepare("regeneration-policy", &component).unwrap();
+    let instantiate = sample(INSTANCES, || {
+        std::hint::black_box(
+            rt.instantiate_prepared(&prepared, "", Arc::new(Vec::new))
+                .unwrap(),
+        );
+    });
+    let instantiate_checked = sample(INSTANCES, || {
+        std::hint::black_box(
+            rt.instantiate("regeneration-policy", &component, "", Arc::new(Vec::new))
+                .unwrap(),
+        );
+    });
+
+    // Load: compile (cache miss) next to a cache hit.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = CompileCache::open(dir.path()).unwrap();
+    let digest = digest_hex(&bytes);
+    let entry = cache.entry_path(&rt, &digest);
+    let miss = sample(LOADS, || {
+        let _ = std::fs::remove_file(&entry);
+        std::hint::black_box(cache.load(&rt, &digest, &bytes).unwrap());
+    });
+    cache.load(&rt, &digest, &bytes).unwrap();
+    let hit = sample(LOADS, || {
+        let (c, outcome) = cache.load(&rt, &digest, &bytes).unwrap();
+        assert_eq!(outcome, weft::plugins::CacheOutcome::Hit);
+        std::hint::black_box(c);
+    });
+
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!(
+        "component: regeneration_policy.wasm, {} bytes; request with 3 clusters",
+        bytes.len()
+    );
+    println!("clock overhead per sample: p50 {}", us(pct(&clock, 0.5)));
+    println!("| measure | p50 | p99 | baseline p50 | ratio (p50) | target |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| policy hook, warm instance | {} | {} | native {} | {:.1}× | p50 < 2 µs |",
+        us(pct(&wasm_calls, 0.5)),
+        us(pct(&wasm_calls, 0.99)),
+        us(pct(&native_calls, 0.5)),
+        ratio(pct(&wasm_calls, 0.5), pct(&native_calls, 0.5)),
+    );
+    println!(
+        "| policy through the plugin set (enforced) | {} | {} | native + enforce {} | {:.1}× | — |",
+        us(pct(&set_calls, 0.5)),
+        us(pct(&set_calls, 0.99)),
+        us(pct(&native_enforced, 0.5)),
+        ratio(pct(&set_calls, 0.5), pct(&native_enforced, 0.5)),
+    );
+    println!(
+        "| instantiate + init (prepared) | {} | {} | — | — | < 50 µs |",
+        us(pct(&instantiate, 0.5)),
+        us(pct(&instantiate, 0.99)),
+    );
+    println!(
+        "| check + instantiate + init (first load) | {} | {} | — | — | — |",
+        us(pct(&instantiate_checked, 0.5)),
+        us(pct(&instantiate_checked, 0.99)),
+    );
+    println!(
+        "| load from the compile cache (hit) | {} | {} | compile (miss) {} | {:.3}× | < 5 ms |",
+        us(pct(&hit, 0.5)),
+        us(pct(&hit, 0.99)),
+        us(pct(&miss, 0.5)),
+        ratio(pct(&hit, 0.5), pct(&miss, 0.5)),
+    );
+}

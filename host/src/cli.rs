@@ -313,6 +313,11 @@ fn render_plugins(p: &plugins::PluginsReport) -> String {
             s.state,
             s.last_error.as_deref().unwrap_or("-"),
         ));
+        if !s.counters.is_empty() {
+            let counters: Vec<String> =
+                s.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            out.push_str(&format!("  {:<22} counters: {}\n", "", counters.join(" ")));
+        }
     }
     for r in &p.refused {
         let kept = r

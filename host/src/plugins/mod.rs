@@ -27,7 +27,7 @@ pub use loader::Loader;
 pub use manifest::{
     digest_hex, generate_signing_key, read_signing_key, seal, Manifest, TrustedKeys,
 };
-pub use runtime::{CallError, Instance, Runtime};
+pub use runtime::{CallError, Instance, Prepared, Runtime};
 pub use set::{Answer, Isolation, LoadedPlugin, PluginSet, PluginStatus};
 
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! memory cap and an epoch deadline per call.
 
 use super::bindings::weft::plugin::types::{Cluster, Decision, RegenerationRequest};
-use super::bindings::Plugin as Bindings;
+use super::bindings::{Plugin as Bindings, PluginPre as BindingsPre};
 use super::host_state::{HostState, MeshView};
 use super::{Config, Error};
 use crate::clustermesh::Resource;
@@ -77,7 +77,27 @@ impl Runtime {
         })
     }
 
-    /// Instantiates `component` as plugin `name` and calls its `init` with `config`.
+    /// Checks `component` once against the host's imports and the contract's
+    /// exports, for plugin `name`: what makes later instantiations fast.
+    ///
+    /// # Errors
+    /// [`Error::Instantiate`]: a missing import or export, or a WIT version this agent
+    /// does not speak, said in those words.
+    pub fn prepare(&self, name: &str, component: &Component) -> Result<Prepared, Error> {
+        let refuse = |e: wasmtime::Error| Error::Instantiate {
+            plugin: name.into(),
+            reason: describe_instantiate(component, &e),
+        };
+        let pre = self.linker.instantiate_pre(component).map_err(refuse)?;
+        let pre = BindingsPre::new(pre).map_err(refuse)?;
+        Ok(Prepared {
+            name: name.into(),
+            pre,
+        })
+    }
+
+    /// Instantiates `component` as plugin `name` and calls its `init` with `config`:
+    /// [`Self::prepare`] then [`Self::instantiate_prepared`].
     ///
     /// # Errors
     /// [`Error::Instantiate`] (a missing import or export, a WIT version this agent does
@@ -89,8 +109,23 @@ impl Runtime {
         plugin_config: &str,
         mesh: MeshView,
     ) -> Result<Instance, Error> {
+        self.instantiate_prepared(&self.prepare(name, component)?, plugin_config, mesh)
+    }
+
+    /// A new instance of a prepared plugin, its `init` called with `plugin_config`.
+    ///
+    /// # Errors
+    /// [`Error::Instantiate`] when instantiation traps or runs out of time or memory,
+    /// [`Error::Init`] when the plugin refuses its config or traps in `init`.
+    pub fn instantiate_prepared(
+        &self,
+        prepared: &Prepared,
+        plugin_config: &str,
+        mesh: MeshView,
+    ) -> Result<Instance, Error> {
+        let name = &prepared.name;
         let state = HostState::new(
-            name.into(),
+            name.clone(),
             self.config.memory_cap,
             mesh,
             self.config.log_budget,
@@ -100,12 +135,13 @@ impl Runtime {
         store.epoch_deadline_trap();
         // Instantiation runs guest code too: it gets the same bound as a call.
         store.set_epoch_deadline(ticks(self.config.deadline));
-        let bindings = Bindings::instantiate(&mut store, component, &self.linker).map_err(|e| {
-            Error::Instantiate {
-                plugin: name.into(),
-                reason: describe_instantiate(component, &e),
-            }
-        })?;
+        let bindings = prepared
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| Error::Instantiate {
+                plugin: name.to_string(),
+                reason: CallError::from_wasmtime(&e).to_string(),
+            })?;
         let mut instance = Instance {
             store,
             bindings,
@@ -119,14 +155,29 @@ impl Runtime {
         match init {
             Ok(Ok(())) => Ok(instance),
             Ok(Err(reason)) => Err(Error::Init {
-                plugin: name.into(),
+                plugin: name.to_string(),
                 reason,
             }),
             Err(e) => Err(Error::Init {
-                plugin: name.into(),
+                plugin: name.to_string(),
                 reason: CallError::from_wasmtime(&e).to_string(),
             }),
         }
+    }
+}
+
+/// A component checked against the contract, ready to instantiate.
+#[derive(Clone)]
+pub struct Prepared {
+    name: Arc<str>,
+    pre: BindingsPre<HostState>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("name", &self.name)
+            .finish()
     }
 }
 

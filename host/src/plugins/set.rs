@@ -13,7 +13,7 @@
 
 use super::contract::{default_verdict, enforce, Verdict};
 use super::host_state::MeshView;
-use super::runtime::{CallError, Instance, Runtime};
+use super::runtime::{CallError, Instance, Prepared, Runtime};
 use super::{Cluster, EndpointKind, RegenerationRequest};
 use crate::clustermesh::Resource;
 use serde::{Deserialize, Serialize};
@@ -93,6 +93,7 @@ impl Default for Isolation {
 
 struct Slot {
     plugin: LoadedPlugin,
+    prepared: Prepared,
     instance: Option<Instance>,
     calls: u64,
     failures: u64,
@@ -130,15 +131,14 @@ impl PluginSet {
     /// [`super::Error`] when it cannot be instantiated or its `init` fails; the set is
     /// then unchanged.
     pub fn insert(&mut self, plugin: LoadedPlugin) -> Result<(), super::Error> {
-        let instance = self.runtime.instantiate(
-            &plugin.name,
-            &plugin.component,
-            &plugin.config,
-            self.mesh.clone(),
-        )?;
+        let prepared = self.runtime.prepare(&plugin.name, &plugin.component)?;
+        let instance =
+            self.runtime
+                .instantiate_prepared(&prepared, &plugin.config, self.mesh.clone())?;
         self.slots.retain(|s| s.plugin.name != plugin.name);
         self.slots.push(Slot {
             plugin,
+            prepared,
             instance: Some(instance),
             calls: 0,
             failures: 0,
@@ -251,11 +251,11 @@ impl PluginSet {
         }
         slot.calls += 1;
         if slot.instance.is_none() {
-            let p = &slot.plugin;
-            match self
-                .runtime
-                .instantiate(&p.name, &p.component, &p.config, self.mesh.clone())
-            {
+            match self.runtime.instantiate_prepared(
+                &slot.prepared,
+                &slot.plugin.config,
+                self.mesh.clone(),
+            ) {
                 Ok(instance) => self.slots[i].instance = Some(instance),
                 Err(e) => {
                     self.failed(i, now, e.to_string());
