@@ -7,6 +7,11 @@ command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v openssl >/dev/null || need+=(openssl)
 [ -e /usr/include/google/protobuf/timestamp.proto ] || need+=(libprotobuf-dev)
+# The BPF programs (bpf/) are C, built with clang-19 against libbpf's headers; the
+# datapath tests use ip(8) to make namespaces and links.
+command -v clang-19 >/dev/null || need+=(clang-19)
+[ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo_cmd=""

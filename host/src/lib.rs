@@ -8,6 +8,7 @@ pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod clustermesh;
+pub mod datapath;
 pub mod dirwatch;
 pub mod identity;
 pub mod ipcache;

@@ -1,0 +1,151 @@
+//! The ipcache map writer: an ipcache listener whose changes are coalesced per prefix
+//! and written to the BPF map by a thread of its own, so the ipcache's lock is never
+//! held across a syscall.
+
+use super::layout::{ipcache_key, IpcacheKeyData, RemoteEndpointInfo};
+use crate::ipcache::{Change, Listener, Prefix};
+use aya::maps::{LpmTrie, MapData};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+
+/// A generation's ipcache map, shared with its writer.
+pub type IpcacheMap = Arc<Mutex<LpmTrie<MapData, IpcacheKeyData, RemoteEndpointInfo>>>;
+
+/// What the writer has done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Entries written (inserted or updated).
+    pub written: u64,
+    /// Entries deleted.
+    pub deleted: u64,
+    /// Writes the kernel refused (a full map, say); each is logged.
+    pub failed: u64,
+    /// Batches taken from the queue.
+    pub batches: u64,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// The latest state per prefix: `None` to delete.
+    pending: HashMap<Prefix, Option<RemoteEndpointInfo>>,
+    /// Changes queued so far, and written so far (for `flush`).
+    queued: u64,
+    done: u64,
+    stats: WriterStats,
+    stop: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+}
+
+/// Writes ipcache changes to a map. Add it to the ipcache as a listener (the ipcache
+/// replays its entries to a new listener, which fills an empty map).
+pub struct MapWriter {
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MapWriter {
+    /// Starts the writer thread for `map`.
+    ///
+    /// # Panics
+    /// When the OS cannot start a thread.
+    pub fn start(map: IpcacheMap) -> Arc<Self> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("weft-map-writer".into())
+            .spawn(move || write_loop(&s, &map))
+            .expect("the map writer thread starts");
+        Arc::new(Self {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Waits until every change queued before the call is in the map.
+    pub fn flush(&self) {
+        let mut q = self.shared.queue.lock().expect("map writer lock");
+        let target = q.queued;
+        while q.done < target && !q.stop {
+            q = self.shared.changed.wait(q).expect("map writer lock");
+        }
+    }
+
+    /// What the writer has done so far.
+    pub fn stats(&self) -> WriterStats {
+        self.shared.queue.lock().expect("map writer lock").stats
+    }
+}
+
+impl Listener for MapWriter {
+    fn on_change(&self, change: &Change<'_>) {
+        let mut q = self.shared.queue.lock().expect("map writer lock");
+        q.pending
+            .insert(change.prefix, change.new.map(RemoteEndpointInfo::from));
+        q.queued += 1;
+        drop(q);
+        self.shared.changed.notify_all();
+    }
+}
+
+impl Drop for MapWriter {
+    fn drop(&mut self) {
+        self.shared.queue.lock().expect("map writer lock").stop = true;
+        self.shared.changed.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn write_loop(shared: &Shared, map: &IpcacheMap) {
+    loop {
+        let (batch, upto) = {
+            let mut q = shared.queue.lock().expect("map writer lock");
+            while q.pending.is_empty() && !q.stop {
+                q = shared.changed.wait(q).expect("map writer lock");
+            }
+            if q.stop {
+                return;
+            }
+            q.stats.batches += 1;
+            (std::mem::take(&mut q.pending), q.queued)
+        };
+        let (mut written, mut deleted, mut failed) = (0, 0, 0);
+        {
+            let mut map = map.lock().expect("ipcache map lock");
+            for (prefix, value) in batch {
+                let key = ipcache_key(&prefix);
+                let result = match value {
+                    Some(v) => map.insert(&key, v, 0).map(|()| written += 1),
+                    None => match map.remove(&key) {
+                        Ok(()) => {
+                            deleted += 1;
+                            Ok(())
+                        }
+                        // Never written (say, a replay raced a delete): nothing to do.
+                        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                        Err(e) => Err(e),
+                    },
+                };
+                if let Err(e) = result {
+                    failed += 1;
+                    tracing::warn!(%prefix, error = %e, "ipcache map write failed");
+                }
+            }
+        }
+        let mut q = shared.queue.lock().expect("map writer lock");
+        q.stats.written += written;
+        q.stats.deleted += deleted;
+        q.stats.failed += failed;
+        q.done = upto;
+        drop(q);
+        shared.changed.notify_all();
+    }
+}

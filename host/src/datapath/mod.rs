@@ -1,0 +1,446 @@
+//! The BPF datapath: the programs of `bpf/` loaded with aya, the ipcache map kept equal
+//! to the resolved ipcache, and map generations.
+//!
+//! Everything lives under a bpffs directory (`/sys/fs/bpf/weft` in production):
+//!
+//! ```text
+//! weft_config            the config map, shared by every generation (pinned by name)
+//! gen-<N>/weft_ipcache   generation N's ipcache map
+//! gen-<N>/weft_to_netdev generation N's program, which reads that map
+//! links/<endpoint>       an endpoint's TCX link: which generation serves it
+//! ```
+//!
+//! **Generations**: on start the agent loads a new generation with an empty map and
+//! fills it from the ipcache, while the links pinned by the previous agent keep
+//! running the previous generation's program and map. Switching an endpoint is an
+//! explicit step ([`Datapath::switch`], after the endpoint's wait): the link is updated
+//! to the new program in one `BPF_LINK_UPDATE`, so a packet sees either the old
+//! program with the old map or the new with the new, never a half-filled map. A
+//! generation no link uses any more is unpinned, and the kernel frees it.
+
+mod layout;
+mod map_writer;
+mod netns;
+mod objects;
+
+pub use layout::{
+    ipcache_key, DatapathConfig, IpcacheKey, IpcacheKeyData, RemoteEndpointInfo,
+    CONFIG_NODE_ENCRYPTION, FAMILY_IPV4, FAMILY_IPV6, FLAG_TUNNEL_V6, IPCACHE_MAX_ENTRIES,
+    KEY_FIXED_BITS,
+};
+pub use map_writer::{IpcacheMap, MapWriter, WriterStats};
+pub use netns::in_netns;
+pub use objects::{BASELINE_OBJECT, TO_NETDEV_OBJECT};
+
+use aya::maps::{Array, LpmTrie, MapData};
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::SchedClassifierLink;
+use aya::programs::{SchedClassifier, TcAttachType};
+use aya::{Ebpf, EbpfLoader};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The program's name in `bpf/to_netdev.c`.
+pub const TO_NETDEV: &str = "weft_to_netdev";
+const IPCACHE_MAP: &str = "weft_ipcache";
+const CONFIG_MAP: &str = "weft_config";
+
+/// What can go wrong in the datapath.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The directory is not on a bpffs, or cannot be made.
+    #[error("bpffs directory {path}: {reason}")]
+    Bpffs {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The object could not be loaded (verifier, missing map, permissions).
+    #[error("cannot load the BPF object: {0}")]
+    Load(String),
+    /// A map operation failed.
+    #[error("BPF map {map}: {reason}")]
+    Map {
+        /// The map.
+        map: String,
+        /// Why.
+        reason: String,
+    },
+    /// Attaching, switching or detaching an endpoint failed.
+    #[error("endpoint {endpoint}: {reason}")]
+    Endpoint {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        reason: String,
+    },
+    /// A network namespace could not be entered.
+    #[error("network namespace {path}: {reason}")]
+    Netns {
+        /// The namespace.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Where a program is attached: a device, in a network namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// A name unique on the node (the link's pin is named after it).
+    pub name: String,
+    /// The network namespace (`/run/netns/NAME`, `/proc/PID/ns/net`); `None` for the
+    /// agent's own.
+    pub netns: Option<PathBuf>,
+    /// The device, egress.
+    pub device: String,
+}
+
+/// One generation: a program and the ipcache map it reads.
+struct Generation {
+    id: u64,
+    /// Holds the loaded program.
+    ebpf: Ebpf,
+    ipcache: IpcacheMap,
+}
+
+/// The datapath of a node: the shared config, the current generation, and the
+/// endpoints' links.
+pub struct Datapath {
+    root: PathBuf,
+    config: Array<MapData, DatapathConfig>,
+    current: Generation,
+}
+
+impl std::fmt::Debug for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datapath")
+            .field("root", &self.root)
+            .field("generation", &self.current.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Datapath {
+    /// Opens the datapath under `root` (on a bpffs) and loads a new generation with an
+    /// empty ipcache map. Links and generations already pinned there keep running.
+    ///
+    /// # Errors
+    /// [`Error::Bpffs`] or [`Error::Load`].
+    pub fn open(root: &Path) -> Result<Self, Error> {
+        let bpffs = |reason: String| Error::Bpffs {
+            path: root.into(),
+            reason,
+        };
+        ensure_bpffs(root)?;
+        std::fs::create_dir_all(root.join("links")).map_err(|e| bpffs(e.to_string()))?;
+        let id = generations(root).keys().max().map_or(1, |n| n + 1);
+        let dir = root.join(format!("gen-{id}"));
+        std::fs::create_dir_all(&dir).map_err(|e| bpffs(e.to_string()))?;
+        let mut ebpf = EbpfLoader::new()
+            .default_map_pin_directory(root)
+            .load(TO_NETDEV_OBJECT)
+            .map_err(|e| Error::Load(format!("{e:#}")))?;
+        let map_err = |map: &str, e: &dyn std::fmt::Display| Error::Map {
+            map: map.into(),
+            reason: e.to_string(),
+        };
+        let ipcache = ebpf
+            .take_map(IPCACHE_MAP)
+            .ok_or_else(|| Error::Load(format!("no map {IPCACHE_MAP}")))?;
+        ipcache
+            .pin(dir.join(IPCACHE_MAP))
+            .map_err(|e| map_err(IPCACHE_MAP, &e))?;
+        let ipcache: LpmTrie<MapData, IpcacheKeyData, RemoteEndpointInfo> =
+            LpmTrie::try_from(ipcache).map_err(|e| map_err(IPCACHE_MAP, &e))?;
+        let config = ebpf
+            .take_map(CONFIG_MAP)
+            .ok_or_else(|| Error::Load(format!("no map {CONFIG_MAP}")))?;
+        let config = Array::try_from(config).map_err(|e| map_err(CONFIG_MAP, &e))?;
+        let program = to_netdev(&mut ebpf)?;
+        program
+            .load()
+            .map_err(|e| Error::Load(format!("{TO_NETDEV}: {e:#}")))?;
+        program
+            .pin(dir.join(TO_NETDEV))
+            .map_err(|e| Error::Load(format!("pinning {TO_NETDEV}: {e}")))?;
+        tracing::info!(root = %root.display(), generation = id, "datapath generation loaded");
+        Ok(Self {
+            root: root.into(),
+            config,
+            current: Generation {
+                id,
+                ebpf,
+                ipcache: Arc::new(Mutex::new(ipcache)),
+            },
+        })
+    }
+
+    /// The current (newest) generation.
+    pub fn generation(&self) -> u64 {
+        self.current.id
+    }
+
+    /// The current generation's ipcache map, for the [`MapWriter`].
+    pub fn ipcache_map(&self) -> IpcacheMap {
+        self.current.ipcache.clone()
+    }
+
+    /// Sets the config every generation reads.
+    ///
+    /// # Errors
+    /// [`Error::Map`].
+    pub fn set_config(&mut self, config: DatapathConfig) -> Result<(), Error> {
+        self.config.set(0, config, 0).map_err(|e| Error::Map {
+            map: CONFIG_MAP.into(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn link_path(&self, endpoint: &str) -> PathBuf {
+        self.root.join("links").join(endpoint)
+    }
+
+    /// Switches `endpoint` to the current generation: its existing link is updated
+    /// atomically, or a new TCX egress link is made on its device and pinned. Then
+    /// generations no link uses are released.
+    ///
+    /// # Errors
+    /// [`Error::Endpoint`] or [`Error::Netns`].
+    pub fn switch(&mut self, endpoint: &Endpoint) -> Result<(), Error> {
+        let bad = |reason: String| Error::Endpoint {
+            endpoint: endpoint.name.clone(),
+            reason,
+        };
+        let path = self.link_path(&endpoint.name);
+        let program = to_netdev(&mut self.current.ebpf)?;
+        match PinnedLink::from_pin(&path) {
+            Ok(pinned) => {
+                let link = SchedClassifierLink::try_from(FdLink::from(pinned))
+                    .map_err(|e| bad(format!("pinned link is not a TCX link: {e}")))?;
+                let id = program
+                    .attach_to_link(link)
+                    .map_err(|e| bad(format!("link update: {e:#}")))?;
+                // The pin still names the same (updated) link: the fd can go.
+                drop(program.take_link(id));
+            }
+            Err(_) => {
+                let device = endpoint.device.clone();
+                let id = in_netns(endpoint.netns.as_deref(), || {
+                    program.attach(&device, TcAttachType::Egress)
+                })?
+                .map_err(|e| bad(format!("attach to {device}: {e:#}")))?;
+                let link = program.take_link(id).map_err(|e| bad(e.to_string()))?;
+                let link = FdLink::try_from(link).map_err(|e| bad(e.to_string()))?;
+                link.pin(&path).map_err(|e| bad(format!("pin: {e}")))?;
+            }
+        }
+        tracing::info!(endpoint = %endpoint.name, generation = self.current.id, "endpoint switched");
+        self.release_unused();
+        Ok(())
+    }
+
+    /// Which generation serves `endpoint`, if it is attached.
+    pub fn generation_of(&self, endpoint: &str) -> Option<u64> {
+        let program = link_program(&self.link_path(endpoint))?;
+        program_generations(&self.root)
+            .into_iter()
+            .find(|(_, p)| *p == program)
+            .map(|(g, _)| g)
+    }
+
+    /// Runs the current generation's program on `packet` (an Ethernet frame) with
+    /// `mark` in the skb, `repeat` times (`BPF_PROG_TEST_RUN`): its action
+    /// (`TC_ACT_OK` 0, `TC_ACT_REDIRECT` 7) and the kernel's average time per run.
+    ///
+    /// # Errors
+    /// [`Error::Load`] when the kernel refuses the run.
+    pub fn test_run(&mut self, packet: &[u8], mark: u32, repeat: u32) -> Result<TestRun, Error> {
+        test_run(to_netdev(&mut self.current.ebpf)?, packet, mark, repeat)
+    }
+
+    /// Detaches `endpoint`: its link is unpinned and closed.
+    ///
+    /// # Errors
+    /// [`Error::Endpoint`] when it was not attached.
+    pub fn detach(&mut self, endpoint: &str) -> Result<(), Error> {
+        let pinned =
+            PinnedLink::from_pin(self.link_path(endpoint)).map_err(|e| Error::Endpoint {
+                endpoint: endpoint.into(),
+                reason: format!("not attached: {e}"),
+            })?;
+        drop(pinned.unpin().map_err(|e| Error::Endpoint {
+            endpoint: endpoint.into(),
+            reason: e.to_string(),
+        })?);
+        self.release_unused();
+        Ok(())
+    }
+
+    /// Unpins every generation other than the current one that no link runs; the
+    /// kernel frees its program and map once nothing holds them. Returns them.
+    pub fn release_unused(&mut self) -> Vec<u64> {
+        let in_use: Vec<u32> = links(&self.root)
+            .iter()
+            .filter_map(|p| link_program(p))
+            .collect();
+        let mut released = Vec::new();
+        for (id, program) in program_generations(&self.root) {
+            if id != self.current.id && !in_use.contains(&program) {
+                let _ = std::fs::remove_dir_all(self.root.join(format!("gen-{id}")));
+                tracing::info!(generation = id, "datapath generation released");
+                released.push(id);
+            }
+        }
+        // A generation directory whose program pin is gone is debris of a crash.
+        for (id, dir) in generations(&self.root) {
+            if id != self.current.id && !dir.join(TO_NETDEV).exists() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        released
+    }
+
+    /// Removes everything under `root`: links (detaching them), generations and the
+    /// config. For tests and for uninstalling.
+    pub fn remove_all(root: &Path) {
+        for link in links(root) {
+            if let Ok(p) = PinnedLink::from_pin(&link) {
+                let _ = p.unpin();
+            }
+        }
+        let _ = std::fs::remove_dir_all(root);
+    }
+}
+
+/// One `BPF_PROG_TEST_RUN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestRun {
+    /// The program's return value.
+    pub action: u32,
+    /// The kernel's average per run.
+    pub duration: std::time::Duration,
+}
+
+/// `TC_ACT_OK`.
+pub const TC_ACT_OK: u32 = 0;
+/// `TC_ACT_REDIRECT`.
+pub const TC_ACT_REDIRECT: u32 = 7;
+
+/// Runs a loaded tc program on `packet` with `mark` (see [`Datapath::test_run`]).
+///
+/// # Errors
+/// [`Error::Load`] when the kernel refuses the run.
+pub fn test_run(
+    program: &SchedClassifier,
+    packet: &[u8],
+    mark: u32,
+    repeat: u32,
+) -> Result<TestRun, Error> {
+    use aya::programs::{TestRun as _, TestRunOptions};
+    // `struct __sk_buff` up to `mark` (len, pkt_type, mark): the kernel takes the rest
+    // as zero.
+    let mut ctx = [0u8; 12];
+    ctx[8..].copy_from_slice(&mark.to_ne_bytes());
+    let mut opts = TestRunOptions::new();
+    opts.data_in = Some(packet);
+    opts.ctx_in = Some(&ctx);
+    opts.repeat = repeat;
+    let r = program
+        .test_run(opts)
+        .map_err(|e| Error::Load(format!("test run: {e:#}")))?;
+    Ok(TestRun {
+        action: r.return_value,
+        duration: r.duration,
+    })
+}
+
+/// Where the kernel's bpffs is mounted by convention.
+const BPFFS: &str = "/sys/fs/bpf";
+
+fn is_bpffs(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC)
+}
+
+/// Checks that `root` is (or will be) on a bpffs, mounting one at `/sys/fs/bpf` when
+/// `root` is below it and nothing is mounted there yet, as an agent on a fresh node
+/// must.
+fn ensure_bpffs(root: &Path) -> Result<(), Error> {
+    let bad = |reason: String| Error::Bpffs {
+        path: root.into(),
+        reason,
+    };
+    // Two datapaths opening at once must not mount twice.
+    static MOUNTING: Mutex<()> = Mutex::new(());
+    let _guard = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let existing = root
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    if is_bpffs(existing) {
+        return Ok(());
+    }
+    if root.starts_with(BPFFS) && Path::new(BPFFS).is_dir() {
+        nix::mount::mount(
+            Some("bpf"),
+            BPFFS,
+            Some("bpf"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(|e| bad(format!("mounting a bpffs at {BPFFS}: {e}")))?;
+        tracing::info!("mounted a bpffs at {BPFFS}");
+        return Ok(());
+    }
+    Err(bad(format!("not on a bpffs (mount -t bpf bpf {BPFFS})")))
+}
+
+fn to_netdev(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, Error> {
+    ebpf.program_mut(TO_NETDEV)
+        .ok_or_else(|| Error::Load(format!("no program {TO_NETDEV}")))?
+        .try_into()
+        .map_err(|e| Error::Load(format!("{TO_NETDEV}: {e}")))
+}
+
+/// The generation directories under `root`, by number.
+fn generations(root: &Path) -> BTreeMap<u64, PathBuf> {
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let id = name.strip_prefix("gen-")?.parse().ok()?;
+            Some((id, e.path()))
+        })
+        .collect()
+}
+
+/// Each generation's program ID, from its pinned program.
+fn program_generations(root: &Path) -> Vec<(u64, u32)> {
+    generations(root)
+        .into_iter()
+        .filter_map(|(id, dir)| {
+            let p = SchedClassifier::from_pin(dir.join(TO_NETDEV)).ok()?;
+            Some((id, p.info().ok()?.id()))
+        })
+        .collect()
+}
+
+fn links(root: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(root.join("links"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect()
+}
+
+/// The program a pinned link runs.
+fn link_program(path: &Path) -> Option<u32> {
+    let link = FdLink::from(PinnedLink::from_pin(path).ok()?);
+    Some(link.info().ok()?.program_id())
+}
