@@ -3,6 +3,8 @@
 //! writer from a real `IpCache`. Needs root and a bpffs; without them every test says
 //! so loudly and does nothing.
 
+mod support;
+
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,12 +27,7 @@ struct Bpf {
 
 impl Bpf {
     fn start(name: &str) -> Option<Bpf> {
-        let euid_root = std::fs::read_to_string("/proc/self/status")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-        if !euid_root || !std::path::Path::new("/sys/fs/bpf").exists() {
-            eprintln!("SKIPPED {name}: needs root and a bpffs at /sys/fs/bpf");
+        if !support::bpf_available(name) {
             return None;
         }
         let root = PathBuf::from(format!(

@@ -4,6 +4,7 @@
 
 mod etcd;
 mod mesh;
+pub mod netns;
 mod plugins;
 mod proxy;
 mod tls;
@@ -166,4 +167,18 @@ pub fn write_config_file(dir: &std::path::Path, cluster: &str, url: &str) {
     let tmp = dir.join(format!(".{cluster}.tmp"));
     std::fs::write(&tmp, format!("endpoints:\n- {url}\n")).unwrap();
     std::fs::rename(tmp, dir.join(cluster)).unwrap();
+}
+
+/// Whether this process may load BPF (root, a bpffs mount point). Says loudly, naming
+/// `test`, when not: such tests then do nothing.
+pub fn bpf_available(test: &str) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    let ok = root && std::path::Path::new("/sys/fs/bpf").exists();
+    if !ok {
+        eprintln!("SKIPPED {test}: needs root and a bpffs at /sys/fs/bpf");
+    }
+    ok
 }
