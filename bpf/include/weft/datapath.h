@@ -23,8 +23,22 @@
 
 #define WEFT_IPCACHE_MAX_ENTRIES 512000
 
-/* The ipcache. Not pinned by name: every generation has its own, and the agent pins
- * it in the generation's directory. */
+/*
+ * The ipcache, in two maps with the same key and value. Host prefixes (/32, /128),
+ * nearly all of a cluster's entries, are in a hash map: an exact match is always the
+ * longest one, and a hash lookup does not walk a trie as deep as the number of
+ * entries. Every other prefix is in the LPM trie, which stays small and shallow.
+ * Neither is pinned by name: every generation has its own pair, and the agent pins
+ * them in the generation's directory.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct weft_ipcache_key);
+	__type(value, struct weft_remote_endpoint_info);
+	__uint(max_entries, WEFT_IPCACHE_MAX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} weft_ipcache_hosts SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__type(key, struct weft_ipcache_key);
@@ -48,25 +62,41 @@ static __always_inline const struct weft_config *weft_config_get(void)
 	return bpf_map_lookup_elem(&weft_config, &zero);
 }
 
+/* The longest match for `key` (a full-length key): the host entry, else the trie. */
+static __always_inline const struct weft_remote_endpoint_info *
+weft_ipcache_lookup(const struct weft_ipcache_key *key)
+{
+	const struct weft_remote_endpoint_info *info;
+
+	info = bpf_map_lookup_elem(&weft_ipcache_hosts, key);
+	if (info)
+		return info;
+	return bpf_map_lookup_elem(&weft_ipcache, key);
+}
+
 static __always_inline const struct weft_remote_endpoint_info *weft_ipcache_lookup4(__u32 addr)
 {
-	struct weft_ipcache_key key = {
-		.prefixlen = WEFT_IPCACHE_KEY_FIXED_BITS + 32,
-		.family = WEFT_FAMILY_IPV4,
-		.ip4 = addr,
-	};
-	return bpf_map_lookup_elem(&weft_ipcache, &key);
+	struct weft_ipcache_key key;
+
+	/* Every byte counts in a hash key: an initializer naming one union member does
+	 * not zero the rest of the union. */
+	__builtin_memset(&key, 0, sizeof(key));
+	key.prefixlen = WEFT_IPCACHE_KEY_FIXED_BITS + 32;
+	key.family = WEFT_FAMILY_IPV4;
+	key.ip4 = addr;
+	return weft_ipcache_lookup(&key);
 }
 
 static __always_inline const struct weft_remote_endpoint_info *
 weft_ipcache_lookup6(const struct in6_addr *addr)
 {
-	struct weft_ipcache_key key = {
-		.prefixlen = WEFT_IPCACHE_KEY_FIXED_BITS + 128,
-		.family = WEFT_FAMILY_IPV6,
-	};
+	struct weft_ipcache_key key;
+
+	__builtin_memset(&key, 0, sizeof(key));
+	key.prefixlen = WEFT_IPCACHE_KEY_FIXED_BITS + 128;
+	key.family = WEFT_FAMILY_IPV6;
 	__builtin_memcpy(key.ip6, addr, 16);
-	return bpf_map_lookup_elem(&weft_ipcache, &key);
+	return weft_ipcache_lookup(&key);
 }
 
 #endif

@@ -2,14 +2,56 @@
 //! and written to the BPF map by a thread of its own, so the ipcache's lock is never
 //! held across a syscall.
 
-use super::layout::{ipcache_key, IpcacheKeyData, RemoteEndpointInfo};
+use super::layout::{ipcache_key, IpcacheKey, IpcacheKeyData, RemoteEndpointInfo};
 use crate::ipcache::{Change, Listener, Prefix};
-use aya::maps::{LpmTrie, MapData};
+use aya::maps::{HashMap, LpmTrie, MapData, MapError};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 
-/// A generation's ipcache map, shared with its writer.
-pub type IpcacheMap = Arc<Mutex<LpmTrie<MapData, IpcacheKeyData, RemoteEndpointInfo>>>;
+/// A generation's ipcache: host prefixes in a hash map, the others in the LPM trie
+/// (see `bpf/include/weft/datapath.h` for why).
+pub struct IpcacheMaps {
+    /// `weft_ipcache_hosts`: /32 and /128.
+    pub hosts: HashMap<MapData, IpcacheKey, RemoteEndpointInfo>,
+    /// `weft_ipcache`: every other prefix.
+    pub prefixes: LpmTrie<MapData, IpcacheKeyData, RemoteEndpointInfo>,
+}
+
+impl IpcacheMaps {
+    /// Writes the entry of `prefix` to the map it belongs in.
+    ///
+    /// # Errors
+    /// The kernel's refusal (a full map, say).
+    pub fn insert(&mut self, prefix: &Prefix, value: RemoteEndpointInfo) -> Result<(), MapError> {
+        let key = ipcache_key(prefix);
+        if prefix.is_host() {
+            self.hosts.insert(key, value, 0)
+        } else {
+            self.prefixes.insert(&key, value, 0)
+        }
+    }
+
+    /// Removes the entry of `prefix`; `Ok(false)` when it was not there.
+    ///
+    /// # Errors
+    /// The kernel's refusal.
+    pub fn remove(&mut self, prefix: &Prefix) -> Result<bool, MapError> {
+        let key = ipcache_key(prefix);
+        let result = if prefix.is_host() {
+            self.hosts.remove(&key)
+        } else {
+            self.prefixes.remove(&key)
+        };
+        match result {
+            Ok(()) => Ok(true),
+            Err(MapError::KeyNotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A generation's ipcache maps, shared with its writer.
+pub type IpcacheMap = Arc<Mutex<IpcacheMaps>>;
 
 /// What the writer has done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -128,18 +170,10 @@ fn write_loop(shared: &Shared, map: &IpcacheMap) {
         {
             let mut map = map.lock().expect("ipcache map lock");
             for (prefix, value) in batch {
-                let key = ipcache_key(&prefix);
                 let result = match value {
-                    Some(v) => map.insert(&key, v, 0).map(|()| written += 1),
-                    None => match map.remove(&key) {
-                        Ok(()) => {
-                            deleted += 1;
-                            Ok(())
-                        }
-                        // Never written (say, a replay raced a delete): nothing to do.
-                        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-                        Err(e) => Err(e),
-                    },
+                    Some(v) => map.insert(&prefix, v).map(|()| written += 1),
+                    // Absent is fine: never written, say, when a replay raced a delete.
+                    None => map.remove(&prefix).map(|found| deleted += u64::from(found)),
                 };
                 if let Err(e) = result {
                     failed += 1;

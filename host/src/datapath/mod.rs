@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! weft_config            the config map, shared by every generation (pinned by name)
-//! gen-<N>/weft_ipcache   generation N's ipcache map
+//! gen-<N>/weft_ipcache   generation N's ipcache: the LPM trie (CIDRs)
+//! gen-<N>/weft_ipcache_hosts  ... and the hash map (/32, /128)
 //! gen-<N>/weft_to_netdev generation N's program, which reads that map
 //! links/<endpoint>       an endpoint's TCX link: which generation serves it
 //! ```
@@ -28,7 +29,7 @@ pub use layout::{
     CONFIG_NODE_ENCRYPTION, FAMILY_IPV4, FAMILY_IPV6, FLAG_TUNNEL_V6, IPCACHE_MAX_ENTRIES,
     KEY_FIXED_BITS,
 };
-pub use map_writer::{IpcacheMap, MapWriter, WriterStats};
+pub use map_writer::{IpcacheMap, IpcacheMaps, MapWriter, WriterStats};
 pub use netns::in_netns;
 pub use objects::{BASELINE_OBJECT, TO_NETDEV_OBJECT};
 
@@ -44,6 +45,7 @@ use std::sync::{Arc, Mutex};
 /// The program's name in `bpf/to_netdev.c`.
 pub const TO_NETDEV: &str = "weft_to_netdev";
 const IPCACHE_MAP: &str = "weft_ipcache";
+const IPCACHE_HOSTS_MAP: &str = "weft_ipcache_hosts";
 const CONFIG_MAP: &str = "weft_config";
 
 /// What can go wrong in the datapath.
@@ -153,8 +155,15 @@ impl Datapath {
         ipcache
             .pin(dir.join(IPCACHE_MAP))
             .map_err(|e| map_err(IPCACHE_MAP, &e))?;
-        let ipcache: LpmTrie<MapData, IpcacheKeyData, RemoteEndpointInfo> =
-            LpmTrie::try_from(ipcache).map_err(|e| map_err(IPCACHE_MAP, &e))?;
+        let prefixes = LpmTrie::try_from(ipcache).map_err(|e| map_err(IPCACHE_MAP, &e))?;
+        let hosts = ebpf
+            .take_map(IPCACHE_HOSTS_MAP)
+            .ok_or_else(|| Error::Load(format!("no map {IPCACHE_HOSTS_MAP}")))?;
+        hosts
+            .pin(dir.join(IPCACHE_HOSTS_MAP))
+            .map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?;
+        let hosts =
+            aya::maps::HashMap::try_from(hosts).map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?;
         let config = ebpf
             .take_map(CONFIG_MAP)
             .ok_or_else(|| Error::Load(format!("no map {CONFIG_MAP}")))?;
@@ -173,7 +182,7 @@ impl Datapath {
             current: Generation {
                 id,
                 ebpf,
-                ipcache: Arc::new(Mutex::new(ipcache)),
+                ipcache: Arc::new(Mutex::new(IpcacheMaps { hosts, prefixes })),
             },
         })
     }
