@@ -2,6 +2,7 @@
 
 use crate::api::{self, StatusReport};
 use crate::clustermesh::{self, ClusterMesh};
+use crate::datapath::{self, NodeDatapath, NodeDatapathConfig};
 use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
 use crate::model::{Node, NodeAddress};
@@ -35,6 +36,8 @@ pub struct Config {
     pub node_ips: Vec<IpAddr>,
     /// The plugins.
     pub plugins: PluginsConfig,
+    /// The BPF datapath; `None` runs without one.
+    pub datapath: Option<NodeDatapathConfig>,
 }
 
 /// Where plugins come from and how they are limited.
@@ -71,6 +74,9 @@ pub enum Error {
     /// The plugin runtime or the trusted keys could not be set up.
     #[error(transparent)]
     Plugins(#[from] plugins::Error),
+    /// The BPF datapath could not be loaded.
+    #[error(transparent)]
+    Datapath(#[from] datapath::Error),
 }
 
 /// Runs the agent until `shutdown` completes, then stops the mesh without draining.
@@ -107,15 +113,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         plugin_host.sync_callbacks(),
     );
     let _ = mesh_cell.set(mesh.clone());
+    let node_datapath = match &config.datapath {
+        Some(dc) => Some(NodeDatapath::start(dc, &state.ipcache)?),
+        None => None,
+    };
 
     let api_state = api::Handlers {
         status: {
             let (mesh, state, plugins) = (mesh.clone(), state.clone(), plugin_host.clone());
+            let dp = node_datapath.clone();
             Box::new(move || StatusReport {
                 cluster: own_cluster.clone(),
                 clusters: mesh.status(),
                 totals: Some(state.totals()),
                 plugins: Some(plugins.report()),
+                datapath: dp.as_ref().map(NodeDatapath::status),
             })
         },
         ipcache: {
@@ -156,6 +168,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let m = mesh.clone();
         tasks.spawn(async move { m.run_config_dir(dir).await });
         let (m, host, mut loaded) = (mesh.clone(), plugin_host.clone(), plugins_loaded);
+        let dp = node_datapath.clone();
         let regeneration = RegenerationConfig {
             default_timeout: config.ip_identities_sync_timeout,
             ipsec: false,
@@ -179,7 +192,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 Some(Ok(r)) => tracing::info!(decided_by, ?verdict, synced = ?r.synced, disconnected = ?r.disconnected, "remote state synced for the host endpoint"),
                 Some(Err(e)) => tracing::warn!(decided_by, ?verdict, error = %e, "host endpoint proceeds without full remote state"),
             }
+            if let Some(dp) = dp {
+                switch_native(dp).await;
+            }
         });
+    } else if let Some(dp) = node_datapath.clone() {
+        // No remote clusters to wait for.
+        tasks.spawn(switch_native(dp));
     }
     if let Some(client) = crate::k8s::client_if_configured().await {
         tasks.spawn(crate::k8s::run_kube_apiserver_source(
@@ -228,6 +247,17 @@ fn start_plugins(
     let (loaded_tx, loaded_rx) = watch::channel(false);
     tasks.spawn(PluginDir::new(dir, loader, host.clone()).run(loaded_tx));
     Ok((host, loaded_rx))
+}
+
+/// Switches the native device to this agent's datapath generation.
+async fn switch_native(dp: NodeDatapath) {
+    match tokio::task::spawn_blocking(move || dp.switch_native()).await {
+        Ok(Ok(())) => tracing::info!("native device switched to the new datapath generation"),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "native device not switched; it keeps its generation")
+        }
+        Err(e) => tracing::error!(error = %e, "datapath switch task failed"),
+    }
 }
 
 /// This node's record, as published and as stated to the node manager.

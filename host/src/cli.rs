@@ -107,6 +107,29 @@ pub struct RunArgs {
     /// Plugins.
     #[command(flatten)]
     pub plugins: PluginArgs,
+    /// The BPF datapath.
+    #[command(flatten)]
+    pub datapath: DatapathArgs,
+}
+
+/// The BPF datapath (off unless --native-device is given).
+#[derive(Debug, Args)]
+pub struct DatapathArgs {
+    /// The native device: `to-netdev` runs on its egress. Turns the datapath on.
+    #[arg(long, env = "WEFT_NATIVE_DEVICE")]
+    pub native_device: Option<String>,
+    /// The device traffic to encrypt is redirected to (WireGuard's).
+    #[arg(long, env = "WEFT_ENCRYPT_DEVICE")]
+    pub encrypt_device: Option<String>,
+    /// Encrypt the host's own traffic too.
+    #[arg(long, env = "WEFT_NODE_ENCRYPTION")]
+    pub node_encryption: bool,
+    /// The bpffs directory for maps, programs and links.
+    #[arg(long, env = "WEFT_BPF_ROOT", default_value = "/sys/fs/bpf/weft")]
+    pub bpf_root: PathBuf,
+    /// The network namespace of those devices (default: the agent's own).
+    #[arg(long, env = "WEFT_DATAPATH_NETNS")]
+    pub datapath_netns: Option<PathBuf>,
 }
 
 /// Where plugins come from and how they are limited.
@@ -216,6 +239,15 @@ impl RunArgs {
             ip_identities_sync_timeout: self.clustermesh_ip_identities_sync_timeout,
             node_name,
             node_ips: self.node_ip,
+            datapath: self.datapath.native_device.map(|native_device| {
+                crate::datapath::NodeDatapathConfig {
+                    root: self.datapath.bpf_root,
+                    native_device,
+                    netns: self.datapath.datapath_netns,
+                    encrypt_device: self.datapath.encrypt_device,
+                    node_encryption: self.datapath.node_encryption,
+                }
+            }),
             plugins: agent::PluginsConfig {
                 dir: self.plugins.plugin_dir,
                 trusted_keys: self.plugins.plugin_trusted_keys,
@@ -248,6 +280,22 @@ pub fn render_status(report: &api::StatusReport) -> String {
     }
     if let Some(p) = &report.plugins {
         out.push_str(&render_plugins(p));
+    }
+    if let Some(d) = &report.datapath {
+        out.push_str(&format!(
+            "datapath: generation {} under {} ({} written, {} deleted, {} refused)\n",
+            d.generation,
+            d.root.display(),
+            d.written,
+            d.deleted,
+            d.failed
+        ));
+        for e in &d.endpoints {
+            let serving = e
+                .generation
+                .map_or("not attached".to_owned(), |g| format!("generation {g}"));
+            out.push_str(&format!("  {} ({}): {serving}\n", e.name, e.device));
+        }
     }
     if report.clusters.is_empty() {
         out.push_str("no remote clusters\n");

@@ -70,6 +70,14 @@ pub async fn wait_for_regeneration(
             barriers,
             clusters,
         } => {
+            tracing::info!(
+                endpoint = ?endpoint.kind,
+                decided_by = answer.decided_by.as_deref().unwrap_or("built-in default"),
+                ?timeout,
+                ?barriers,
+                ?clusters,
+                "endpoint regeneration waits for remote state"
+            );
             let now = Instant::now();
             // A year stands for "no bound" where the clock cannot add the timeout.
             let deadline = now

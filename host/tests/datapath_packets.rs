@@ -36,20 +36,7 @@ impl Lab {
         if !support::bpf_available(test) {
             return None;
         }
-        let a = Netns::new(&format!("weft-{test}-a"));
-        let b = Netns::new(&format!("weft-{test}-b"));
-        support::netns::ip(&[
-            "link", "add", "weftv0", "netns", &a.name, "type", "veth", "peer", "name", "weftv1",
-            "netns", &b.name,
-        ]);
-        a.ip(&["addr", "add", "10.100.0.1/24", "dev", "weftv0"]);
-        a.ip(&["link", "set", "weftv0", "up"]);
-        b.ip(&["addr", "add", "10.100.0.2/24", "dev", "weftv1"]);
-        b.ip(&["addr", "add", "10.2.0.7/32", "dev", "lo"]);
-        b.ip(&["addr", "add", "10.3.0.7/32", "dev", "lo"]);
-        b.ip(&["link", "set", "weftv1", "up"]);
-        a.ip(&["route", "add", "10.2.0.0/16", "via", "10.100.0.2"]);
-        a.ip(&["route", "add", "10.3.0.0/16", "via", "10.100.0.2"]);
+        let (a, b) = support::netns::joined_pair(test);
         let tun = Tun::new(&a, "weftwg0");
         a.ip(&["link", "set", "weftwg0", "up"]);
         let tun_ifindex = a.ifindex("weftwg0");

@@ -4,109 +4,9 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use support::agent::{cluster_config, weftd, Agent};
 use support::{eventually, Etcd};
-
-const WEFTD: &str = env!("CARGO_BIN_EXE_weftd");
-
-struct Agent {
-    child: Child,
-    state: tempfile::TempDir,
-    pub mesh_dir: tempfile::TempDir,
-}
-
-impl Agent {
-    fn start(cluster: &str, id: u32, etcd: &Etcd) -> Agent {
-        Self::start_with(cluster, id, etcd, &[])
-    }
-
-    /// [`Agent::start`] with `extra` flags.
-    fn start_with(cluster: &str, id: u32, etcd: &Etcd, extra: &[&std::ffi::OsStr]) -> Agent {
-        // Node addresses are data here: nothing is sent to them.
-        let node_ip = format!("192.0.2.{id}");
-        let state = tempfile::tempdir().unwrap();
-        let mesh_dir = tempfile::tempdir().unwrap();
-        let log = std::fs::File::create(state.path().join("weftd.log")).unwrap();
-        let child = Command::new(WEFTD)
-            .arg("run")
-            .env("WEFT_CLUSTER_NAME", cluster) // flags also come from the environment
-            .args([
-                "--cluster-id",
-                &id.to_string(),
-                "--kvstore-endpoints",
-                &etcd.url(),
-            ])
-            .arg("--clustermesh-config")
-            .arg(mesh_dir.path())
-            .arg("--state-dir")
-            .arg(state.path())
-            .args([
-                "--node-name",
-                &format!("{cluster}-node"),
-                "--node-ip",
-                &node_ip,
-            ])
-            .args(["--log-format", "json"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Agent {
-            child,
-            state,
-            mesh_dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.state.path().join("weftd.log")).unwrap_or_default()
-    }
-
-    fn status_json(&self) -> Option<serde_json::Value> {
-        self.json(&["status"])
-    }
-
-    fn json(&self, command: &[&str]) -> Option<serde_json::Value> {
-        let out = Command::new(WEFTD)
-            .args(command)
-            .args(["-o", "json", "--state-dir"])
-            .arg(self.state.path())
-            .output()
-            .unwrap();
-        out.status
-            .success()
-            .then(|| serde_json::from_slice(&out.stdout).unwrap())
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- weftd log ---\n{}", self.log());
-            eprintln!("--- weftd status ---\n{:?}", self.status_json());
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn cluster_config(name: &str, id: u32, etcd: &Etcd, canaries: bool) {
-    let mut cmd = Command::new(WEFTD);
-    cmd.args([
-        "cluster-config",
-        "--cluster-name",
-        name,
-        "--cluster-id",
-        &id.to_string(),
-    ])
-    .args(["--kvstore-endpoints", &etcd.url()]);
-    if canaries {
-        cmd.arg("--synced-canaries");
-    }
-    assert!(cmd.status().unwrap().success());
-}
 
 #[tokio::test]
 async fn two_agents_in_two_clusters_see_each_other() {
@@ -233,16 +133,6 @@ async fn node_record_is_published_again_after_etcd_loses_it() {
         }
     })
     .await;
-}
-
-fn weftd(args: &[&std::ffi::OsStr]) -> String {
-    let out = Command::new(WEFTD).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "weftd {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// Copies plugin `file` into `dir` with a manifest, sealed and signed by `key` with

@@ -11,6 +11,7 @@ pub use client::{fetch_ipcache, fetch_status};
 pub use server::{serve, Handlers};
 
 use crate::clustermesh::ClusterStatus;
+use crate::datapath::DatapathStatus;
 use crate::ipcache::{Entry, Prefix};
 use crate::plugins::PluginsReport;
 use crate::state::Totals;
@@ -30,6 +31,9 @@ pub struct StatusReport {
     /// The plugins: loaded, refused, loads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugins: Option<PluginsReport>,
+    /// The BPF datapath, when the agent runs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datapath: Option<DatapathStatus>,
 }
 
 /// One resolved ipcache entry, as `weftd ipcache list` shows it.

@@ -22,6 +22,7 @@
 mod layout;
 mod map_writer;
 mod netns;
+mod node;
 mod objects;
 
 pub use layout::{
@@ -31,6 +32,7 @@ pub use layout::{
 };
 pub use map_writer::{IpcacheMap, IpcacheMaps, MapWriter, WriterStats};
 pub use netns::in_netns;
+pub use node::{DatapathStatus, EndpointStatus, NodeDatapath, NodeDatapathConfig};
 pub use objects::{BASELINE_OBJECT, TO_NETDEV_OBJECT};
 
 use aya::maps::{Array, LpmTrie, MapData};
@@ -185,6 +187,11 @@ impl Datapath {
                 ipcache: Arc::new(Mutex::new(IpcacheMaps { hosts, prefixes })),
             },
         })
+    }
+
+    /// The bpffs directory.
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     /// The current (newest) generation.

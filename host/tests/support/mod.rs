@@ -2,6 +2,7 @@
 //! a recording observer and bounded waits.
 #![allow(dead_code, unused_imports)]
 
+pub mod agent;
 mod etcd;
 mod mesh;
 pub mod netns;

@@ -131,3 +131,24 @@ impl Tun {
         }
     }
 }
+
+/// Two namespaces joined by a veth: node A (`weftv0`, 10.100.0.1/24) and B (`weftv1`,
+/// 10.100.0.2/24) which owns 10.2.0.7 and 10.3.0.7; A routes 10.2.0.0/16 and
+/// 10.3.0.0/16 via B. Nothing else: no route out of either.
+pub fn joined_pair(test: &str) -> (Netns, Netns) {
+    let a = Netns::new(&format!("weft-{test}-a"));
+    let b = Netns::new(&format!("weft-{test}-b"));
+    ip(&[
+        "link", "add", "weftv0", "netns", &a.name, "type", "veth", "peer", "name", "weftv1",
+        "netns", &b.name,
+    ]);
+    a.ip(&["addr", "add", "10.100.0.1/24", "dev", "weftv0"]);
+    a.ip(&["link", "set", "weftv0", "up"]);
+    b.ip(&["addr", "add", "10.100.0.2/24", "dev", "weftv1"]);
+    b.ip(&["addr", "add", "10.2.0.7/32", "dev", "lo"]);
+    b.ip(&["addr", "add", "10.3.0.7/32", "dev", "lo"]);
+    b.ip(&["link", "set", "weftv1", "up"]);
+    a.ip(&["route", "add", "10.2.0.0/16", "via", "10.100.0.2"]);
+    a.ip(&["route", "add", "10.3.0.0/16", "via", "10.100.0.2"]);
+    (a, b)
+}

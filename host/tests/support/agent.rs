@@ -1,0 +1,156 @@
+//! `weftd` as a child process: started with a state and a clustermesh directory of
+//! its own, restartable over them, killed on drop (printing its log when the test
+//! failed).
+
+use super::Etcd;
+use std::ffi::OsStr;
+use std::process::{Child, Command, Stdio};
+
+pub const WEFTD: &str = env!("CARGO_BIN_EXE_weftd");
+
+pub struct Agent {
+    child: Child,
+    pub state: tempfile::TempDir,
+    pub mesh_dir: tempfile::TempDir,
+    cluster: String,
+    id: u32,
+    etcd_url: String,
+}
+
+impl Agent {
+    pub fn start(cluster: &str, id: u32, etcd: &Etcd) -> Agent {
+        Self::start_with(cluster, id, etcd, &[])
+    }
+
+    /// [`Agent::start`] with `extra` flags.
+    pub fn start_with(cluster: &str, id: u32, etcd: &Etcd, extra: &[&OsStr]) -> Agent {
+        let state = tempfile::tempdir().unwrap();
+        let mesh_dir = tempfile::tempdir().unwrap();
+        let child = spawn(cluster, id, &etcd.url(), &state, &mesh_dir, extra);
+        Agent {
+            child,
+            state,
+            mesh_dir,
+            cluster: cluster.into(),
+            id,
+            etcd_url: etcd.url(),
+        }
+    }
+
+    /// Kills the agent (as a crash or an upgrade would) and starts it again over the
+    /// same directories, with `extra` flags.
+    pub fn restart(&mut self, extra: &[&OsStr]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(self.state.path().join("weftd.sock"));
+        self.child = spawn(
+            &self.cluster,
+            self.id,
+            &self.etcd_url,
+            &self.state,
+            &self.mesh_dir,
+            extra,
+        );
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.state.path().join("weftd.log")).unwrap_or_default()
+    }
+
+    pub fn status_json(&self) -> Option<serde_json::Value> {
+        self.json(&["status"])
+    }
+
+    pub fn json(&self, command: &[&str]) -> Option<serde_json::Value> {
+        let out = Command::new(WEFTD)
+            .args(command)
+            .args(["-o", "json", "--state-dir"])
+            .arg(self.state.path())
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).unwrap())
+    }
+}
+
+fn spawn(
+    cluster: &str,
+    id: u32,
+    etcd_url: &str,
+    state: &tempfile::TempDir,
+    mesh_dir: &tempfile::TempDir,
+    extra: &[&OsStr],
+) -> Child {
+    // Node addresses are data here: nothing is sent to them.
+    let node_ip = format!("192.0.2.{id}");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.path().join("weftd.log"))
+        .unwrap();
+    Command::new(WEFTD)
+        .arg("run")
+        .env("WEFT_CLUSTER_NAME", cluster) // flags also come from the environment
+        .args([
+            "--cluster-id",
+            &id.to_string(),
+            "--kvstore-endpoints",
+            etcd_url,
+        ])
+        .arg("--clustermesh-config")
+        .arg(mesh_dir.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .args([
+            "--node-name",
+            &format!("{cluster}-node"),
+            "--node-ip",
+            &node_ip,
+        ])
+        .args(["--log-format", "json"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- weftd log ---\n{}", self.log());
+            eprintln!("--- weftd status ---\n{:?}", self.status_json());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `weftd cluster-config` for cluster `name` in `etcd`.
+pub fn cluster_config(name: &str, id: u32, etcd: &Etcd, canaries: bool) {
+    let mut cmd = Command::new(WEFTD);
+    cmd.args([
+        "cluster-config",
+        "--cluster-name",
+        name,
+        "--cluster-id",
+        &id.to_string(),
+    ])
+    .args(["--kvstore-endpoints", &etcd.url()]);
+    if canaries {
+        cmd.arg("--synced-canaries");
+    }
+    assert!(cmd.status().unwrap().success());
+}
+
+/// Runs `weftd args...`; its standard output.
+pub fn weftd(args: &[&OsStr]) -> String {
+    let out = Command::new(WEFTD).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "weftd {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
