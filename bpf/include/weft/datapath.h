@@ -4,6 +4,7 @@
 #define WEFT_DATAPATH_H
 
 #include <linux/bpf.h>
+#include <linux/in6.h>
 #include <bpf/bpf_helpers.h>
 #include "weft/layout.h"
 
