@@ -2,16 +2,23 @@
 # The weft lab: two clusters on loopback, one real etcd and one weftd each. cluster2
 # announces sync canaries; its remaining state arrives step by step and the barriers in
 # `weftd status` go from pending to synced. cluster1's weftd runs the shipped plugins,
-# signed, and refuses a tampered reload. Everything is cleaned up on exit.
+# signed, and refuses a tampered reload, and its BPF datapath on a veth in a namespace
+# redirects traffic to cluster2's keyed pod to a TUN standing in for WireGuard.
+# Everything is cleaned up on exit.
 # DEMO_HOLD=1 keeps the lab running until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WEFTD=${WEFTD:-target/debug/weftd}
 lab=$(mktemp -d /tmp/weft-demo.XXXXXX)
 pids=()
+NS_A=weft-demo-a-$$ NS_B=weft-demo-b-$$ BPF_ROOT=/sys/fs/bpf/weft-demo-$$
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  # Unpinning the links detaches the program; the namespaces take the devices along.
+  rm -rf "$BPF_ROOT" 2>/dev/null || true
+  ip netns del "$NS_A" 2>/dev/null || true
+  ip netns del "$NS_B" 2>/dev/null || true
   rm -rf "$lab"
   echo "lab cleaned up"
 }
@@ -65,6 +72,17 @@ echo "cluster1 etcd: $E1"; echo "cluster2 etcd: $E2"
 "$WEFTD" cluster-config --cluster-name cluster1 --cluster-id 1 --kvstore-endpoints "$E1"
 "$WEFTD" cluster-config --cluster-name cluster2 --cluster-id 2 --kvstore-endpoints "$E2" --synced-canaries
 
+step "cluster1's node: a namespace whose veth leads to a peer namespace; a TUN stands in for WireGuard"
+# Addresses exist only inside these two namespaces, and neither has a route out.
+ip netns add "$NS_A"; ip netns add "$NS_B"
+ip link add weftv0 netns "$NS_A" type veth peer name weftv1 netns "$NS_B"
+ip -n "$NS_A" addr add 10.100.0.1/24 dev weftv0; ip -n "$NS_A" link set weftv0 up
+ip -n "$NS_B" addr add 10.100.0.2/24 dev weftv1; ip -n "$NS_B" link set weftv1 up
+ip -n "$NS_B" addr add 10.2.0.10/32 dev lo; ip -n "$NS_B" addr add 10.2.0.11/32 dev lo
+ip -n "$NS_A" route add 10.2.0.0/16 via 10.100.0.2
+ip -n "$NS_A" tuntap add dev weftwg0 mode tun; ip -n "$NS_A" link set weftwg0 up
+echo "node A ($NS_A): weftv0 10.100.0.1, TUN weftwg0; peer ($NS_B) owns 10.2.0.10 and 10.2.0.11"
+
 step "plugins for cluster1's weftd: the shipped ones, signed with a vendor key"
 mkdir -p "$lab/plugins"
 "$WEFTD" plugin keygen --out "$lab/vendor.key" >"$lab/trusted-keys"
@@ -74,7 +92,11 @@ package sync-events sync_events 0.1.0 5 ""
 package critical-clusters critical_clusters 0.1.0 10 cluster2
 
 step "one weftd per cluster; each mesh directory names the other cluster"
-start_weftd cluster1 1 "$E1" --plugin-dir "$lab/plugins" --plugin-trusted-keys "$lab/trusted-keys"
+# Node A's address stands for one of cluster1's pods.
+ETCDCTL_API=3 etcdctl --endpoints "$E1" put cilium/state/ip/v1/default/10.100.0.1 \
+  '{"IP":"10.100.0.1","Mask":null,"HostIP":"192.0.2.1","ID":65636,"Key":0,"Metadata":""}' >/dev/null
+start_weftd cluster1 1 "$E1" --plugin-dir "$lab/plugins" --plugin-trusted-keys "$lab/trusted-keys" \
+  --native-device weftv0 --encrypt-device weftwg0 --datapath-netns "/run/netns/$NS_A" --bpf-root "$BPF_ROOT"
 start_weftd cluster2 2 "$E2"
 printf 'endpoints:\n- %s\n' "$E2" >"$lab/cluster1/mesh/cluster2"
 printf 'endpoints:\n- %s\n' "$E1" >"$lab/cluster2/mesh/cluster1"
@@ -90,7 +112,7 @@ put cilium/synced/cluster2/cilium/state/identities/v1 "$(date -u +%FT%TZ)"
 sleep 1; status cluster1
 
 step "its ipcache and services, then their canaries"
-put cilium/state/ip/v1/default/10.2.0.10 '{"IP":"10.2.0.10","Mask":null,"HostIP":"192.0.2.2","ID":131172,"Key":0,"Metadata":""}'
+put cilium/state/ip/v1/default/10.2.0.10 '{"IP":"10.2.0.10","Mask":null,"HostIP":"192.0.2.2","ID":131172,"Key":255,"Metadata":""}'
 put cilium/state/services/v1/cluster2/default/web '{"cluster":"cluster2","namespace":"default","name":"web","shared":true,"clusterID":2}'
 put cilium/synced/cluster2/cilium/state/ip/v1 "$(date -u +%FT%TZ)"
 put cilium/synced/cluster2/cilium/state/services/v1 "$(date -u +%FT%TZ)"
@@ -110,6 +132,18 @@ for _ in $(seq 50); do status cluster1 | grep -q 'refused ' && break; sleep 0.1;
 status cluster1 | sed -n '/^plugins:/,/^REMOTE/p' | grep -v '^REMOTE'
 echo "(the host endpoint's start-up wait, as the plugins decided it:)"
 grep -h 'host endpoint' "$lab/cluster1/weftd.log" | tail -1
+
+step "the datapath: to-netdev on node A's weftv0 redirects what must be encrypted"
+status cluster1 | sed -n '/^datapath:/,/^REMOTE/p' | grep -v '^REMOTE'
+# Packets handed to the TUN: sent, or dropped for want of a reader (no WireGuard yet).
+tx() { ip -n "$1" -s link show "$2" | awk '/TX:/{getline; print $2 + $4}'; }
+rx() { ip -n "$1" -s link show "$2" | awk '/RX:/{getline; print $2}'; }
+before_tun=$(tx "$NS_A" weftwg0)
+for _ in 1 2 3; do ip netns exec "$NS_A" bash -c 'echo pod-to-pod >/dev/udp/10.2.0.10/5000'; done
+echo "3 packets to cluster2's pod 10.2.0.10 (key 255): $(( $(tx "$NS_A" weftwg0) - before_tun )) reached the WireGuard stand-in"
+before_peer=$(rx "$NS_B" weftv1)
+for _ in 1 2 3; do ip netns exec "$NS_A" bash -c 'echo plain >/dev/udp/10.2.0.11/5000'; done
+echo "3 packets to 10.2.0.11 (not in the ipcache): $(( $(rx "$NS_B" weftv1) - before_peer )) left on the veth"
 
 step "cluster1's ipcache: its own node (host), cluster2's node and pod, resolved"
 "$WEFTD" ipcache list --state-dir "$lab/cluster1/state"
