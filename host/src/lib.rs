@@ -19,3 +19,4 @@ pub mod node;
 pub mod plugins;
 pub mod regeneration;
 pub mod state;
+pub mod wireguard;

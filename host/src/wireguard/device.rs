@@ -1,0 +1,157 @@
+//! The userspace WireGuard device: a `weft-wg` process started detached when the
+//! device's UAPI socket does not answer, configured through that socket.
+
+use super::{Error, NodeKey, FWMARK, LISTEN_PORT};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use wireguard_control::{Backend, DeviceUpdate, InterfaceName};
+
+/// Where userspace devices keep their sockets; not per namespace, so device names
+/// must be unique on the machine.
+const RUN_DIR: &str = "/var/run/wireguard";
+
+/// How long a new helper gets to open its socket.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A WireGuard device served by a `weft-wg` helper.
+#[derive(Debug, Clone)]
+pub struct UserspaceDevice {
+    name: String,
+    iface: InterfaceName,
+}
+
+impl UserspaceDevice {
+    /// The device `name`: the running one when its socket answers (a restarted agent
+    /// finds its tunnels intact), else a new `weft-wg` started detached from this
+    /// process (in `netns` when given) from the binary `helper`.
+    ///
+    /// # Errors
+    /// [`Error::Device`] when the helper cannot start or its socket does not answer in
+    /// time.
+    pub fn ensure(name: &str, netns: Option<&Path>, helper: &Path) -> Result<Self, Error> {
+        let bad = |reason: String| Error::Device {
+            device: name.into(),
+            reason,
+        };
+        let iface: InterfaceName = name.parse().map_err(|e| bad(format!("{e}")))?;
+        let device = Self {
+            name: name.into(),
+            iface,
+        };
+        if device.answers() {
+            tracing::info!(device = name, "WireGuard device found running: kept");
+            return Ok(device);
+        }
+        // A socket left by a helper that died: it would only refuse connections.
+        let _ = std::fs::remove_file(device.socket_path());
+        let mut cmd = std::process::Command::new(helper);
+        cmd.arg(name);
+        if let Some(ns) = netns {
+            cmd.arg("--netns").arg(ns);
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(Path::new(RUN_DIR).join(format!("{name}.log")))
+            .or_else(|_| {
+                std::fs::create_dir_all(RUN_DIR)?;
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(Path::new(RUN_DIR).join(format!("{name}.log")))
+            })
+            .map_err(|e| bad(format!("log file: {e}")))?;
+        // Its own process group: a signal to the agent's group does not reach it.
+        let child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().map_err(|e| bad(e.to_string()))?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| bad(format!("starting {}: {e}", helper.display())))?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !device.answers() {
+            if Instant::now() > deadline {
+                return Err(bad(format!(
+                    "weft-wg (pid {}) did not open {} within {START_TIMEOUT:?}",
+                    child.id(),
+                    device.socket_path().display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        tracing::info!(device = name, pid = child.id(), "WireGuard device started");
+        Ok(device)
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn socket_path(&self) -> PathBuf {
+        Path::new(RUN_DIR).join(format!("{}.sock", self.name))
+    }
+
+    fn answers(&self) -> bool {
+        UnixStream::connect(self.socket_path()).is_ok()
+    }
+
+    /// Sets the private key and the listen port, then the firewall mark (in a second
+    /// update: set with the port, the listen sockets stay unmarked).
+    ///
+    /// # Errors
+    /// [`Error::Device`] when the device refuses an update.
+    pub fn configure(&self, key: &NodeKey) -> Result<(), Error> {
+        self.apply(
+            DeviceUpdate::new()
+                .set_private_key(key.private().clone())
+                .set_listen_port(LISTEN_PORT),
+        )?;
+        self.apply(DeviceUpdate::new().set_fwmark(FWMARK))
+    }
+
+    /// Applies an update through the UAPI socket.
+    ///
+    /// # Errors
+    /// [`Error::Device`].
+    pub fn apply(&self, update: DeviceUpdate) -> Result<(), Error> {
+        update
+            .apply(&self.iface, Backend::Userspace)
+            .map_err(|e| Error::Device {
+                device: self.name.clone(),
+                reason: format!("UAPI update: {e}"),
+            })
+    }
+
+    /// The device as the UAPI reports it.
+    ///
+    /// # Errors
+    /// [`Error::Device`].
+    pub fn get(&self) -> Result<wireguard_control::Device, Error> {
+        wireguard_control::Device::get(&self.iface, Backend::Userspace).map_err(|e| Error::Device {
+            device: self.name.clone(),
+            reason: format!("UAPI get: {e}"),
+        })
+    }
+
+    /// Stops the helper (the device and its tunnels go with it). For tests and for
+    /// uninstalling; a restarting agent never calls it.
+    pub fn stop(&self) {
+        let pid_file = Path::new(RUN_DIR).join(format!("{}.pid", self.name));
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let _ = std::fs::remove_file(pid_file);
+        let _ = std::fs::remove_file(self.socket_path());
+        let _ = std::fs::remove_file(Path::new(RUN_DIR).join(format!("{}.log", self.name)));
+    }
+}

@@ -1,0 +1,40 @@
+//! WireGuard: one device per node, one peer per remote node.
+//!
+//! The kernel module is not on these machines, so the device is userspace: boringtun
+//! in a `weft-wg` helper process that outlives the agent, configured through the
+//! standard UAPI socket. The key lives in the state directory.
+
+mod device;
+mod key;
+
+pub use device::UserspaceDevice;
+pub use key::NodeKey;
+
+use std::path::PathBuf;
+
+/// WireGuard's UDP port (the established agent's).
+pub const LISTEN_PORT: u16 = 51871;
+
+/// The mark WireGuard puts on what it has encrypted; the datapath lets those pass.
+pub const FWMARK: u32 = 0x1E00;
+
+/// What can go wrong with WireGuard.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The private key file.
+    #[error("WireGuard key {path}: {reason}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The device or its helper.
+    #[error("WireGuard device {device}: {reason}")]
+    Device {
+        /// The device.
+        device: String,
+        /// Why.
+        reason: String,
+    },
+}
