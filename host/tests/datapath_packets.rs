@@ -77,19 +77,7 @@ impl Lab {
         let ipcache = IpCache::default();
         let writer = MapWriter::start(dp.ipcache_map());
         ipcache.add_listener(writer.clone());
-        for (prefix, identity, key) in entries {
-            let prefix: Prefix = prefix.parse().unwrap();
-            let fact = Fact {
-                identity: Some(*identity),
-                encrypt_key: *key,
-                ..Fact::default()
-            };
-            ipcache.upsert(
-                prefix,
-                Owner::new(Source::ClusterMesh, prefix.to_string()),
-                fact,
-            );
-        }
+        put(&ipcache, entries);
         writer.flush();
         (dp, ipcache, writer)
     }
@@ -118,6 +106,23 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         Datapath::remove_all(&self.root);
+    }
+}
+
+/// Upserts `(prefix, identity, key)` entries as clustermesh facts.
+fn put(ipcache: &IpCache, entries: &[(&str, u32, u8)]) {
+    for (prefix, identity, key) in entries {
+        let prefix: Prefix = prefix.parse().unwrap();
+        let fact = Fact {
+            identity: Some(*identity),
+            encrypt_key: *key,
+            ..Fact::default()
+        };
+        ipcache.upsert(
+            prefix,
+            Owner::new(Source::ClusterMesh, prefix.to_string()),
+            fact,
+        );
     }
 }
 
@@ -177,19 +182,7 @@ fn the_attached_generation_serves_until_the_switch_which_loses_nothing() {
     assert!(lab.received().is_empty());
 
     // Filled, then switched while packets flow: none leaves in the clear.
-    for (prefix, identity, key) in &FULL[1..] {
-        let prefix: Prefix = prefix.parse().unwrap();
-        let fact = Fact {
-            identity: Some(*identity),
-            encrypt_key: *key,
-            ..Fact::default()
-        };
-        ipcache2.upsert(
-            prefix,
-            Owner::new(Source::ClusterMesh, prefix.to_string()),
-            fact,
-        );
-    }
+    put(&ipcache2, &FULL[1..]);
     writer2.flush();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let sent = std::thread::scope(|s| {
