@@ -52,6 +52,13 @@ impl<D> AllowedIps<D> {
         self.ips.longest_match(key).map(|(_net, data)| data)
     }
 
+    /// WEFT: removes exactly `key/cidr`, returning what it held; O(log n), where
+    /// `remove` walks the whole table.
+    pub fn remove_network(&mut self, key: IpAddr, cidr: u32) -> Option<D> {
+        self.ips
+            .remove(IpNetwork::new_truncate(key, cidr as u8).expect("cidr is valid length"))
+    }
+
     pub fn remove(&mut self, predicate: &dyn Fn(&D) -> bool) {
         self.ips.retain(|_, v| !predicate(v));
     }

@@ -157,7 +157,8 @@ impl Device {
 fn api_get(writer: &mut BufWriter<&UnixStream>, d: &Device) -> i32 {
     // get command requires an empty line, but there is no reason to be religious about it
     if let Some(ref k) = d.key_pair {
-        writeln!(writer, "own_public_key={}", encode_hex(k.1.as_bytes()));
+        // WEFT: `private_key`, as the protocol defines (upstream: own_public_key).
+        writeln!(writer, "private_key={}", encode_hex(k.0.as_bytes()));
     }
 
     if d.listen_port != 0 {
@@ -188,9 +189,14 @@ fn api_get(writer: &mut BufWriter<&UnixStream>, d: &Device) -> i32 {
             writeln!(writer, "allowed_ip={}/{}", ip, cidr);
         }
 
-        if let Some(time) = p.time_since_last_handshake() {
-            writeln!(writer, "last_handshake_time_sec={}", time.as_secs());
-            writeln!(writer, "last_handshake_time_nsec={}", time.subsec_nanos());
+        // WEFT: a UNIX time, as the protocol defines (upstream: the time elapsed).
+        if let Some(at) = p
+            .time_since_last_handshake()
+            .and_then(|ago| std::time::SystemTime::now().checked_sub(ago))
+            .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        {
+            writeln!(writer, "last_handshake_time_sec={}", at.as_secs());
+            writeln!(writer, "last_handshake_time_nsec={}", at.subsec_nanos());
         }
 
         let (_, tx_bytes, rx_bytes, ..) = p.tunnel.stats();
@@ -350,6 +356,12 @@ fn api_set_peer(
                         preshared_key,
                     );
                     allowed_ips.clear(); //clear the vector content after update
+                                         // WEFT: the next peer's section starts from nothing.
+                    remove = false;
+                    replace_ips = false;
+                    endpoint = None;
+                    keepalive = None;
+                    preshared_key = None;
                     match val.parse::<KeyBytes>() {
                         Ok(key_bytes) => public_key = key_bytes.0.into(),
                         Err(_) => return EINVAL,

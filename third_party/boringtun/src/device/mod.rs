@@ -304,7 +304,7 @@ impl Device {
         &mut self,
         pub_key: x25519::PublicKey,
         remove: bool,
-        _replace_ips: bool,
+        replace_ips: bool,
         endpoint: Option<SocketAddr>,
         allowed_ips: &[AllowedIP],
         keepalive: Option<u16>,
@@ -315,10 +315,37 @@ impl Device {
             return self.remove_peer(&pub_key);
         }
 
-        // Update an existing peer
-        if self.peers.get(&pub_key).is_some() {
-            // We already have a peer, we need to merge the existing config into the newly created one
-            panic!("Modifying existing peers is not yet supported. Remove and add again instead.");
+        // WEFT: upstream panics here ("Modifying existing peers is not yet supported"),
+        // in the thread that serves the UAPI, and the client waits for an answer that
+        // never comes. A configured peer is changed in place instead, keeping its
+        // session, as the kernel does; only a new preshared key needs a new session.
+        if let Some(peer) = self.peers.get(&pub_key).cloned() {
+            let new_psk =
+                preshared_key.is_some() && peer.lock().preshared_key() != preshared_key.as_ref();
+            if !new_psk {
+                return self.modify_peer(&peer, replace_ips, endpoint, allowed_ips, keepalive);
+            }
+            let (old_endpoint, old_ips, old_keepalive) = {
+                let p = peer.lock();
+                let ips: Vec<AllowedIP> = p
+                    .allowed_ips()
+                    .map(|(addr, cidr)| AllowedIP { addr, cidr })
+                    .collect();
+                let endpoint = p.endpoint().addr;
+                (endpoint, ips, p.persistent_keepalive())
+            };
+            self.remove_peer(&pub_key);
+            let mut ips = if replace_ips { Vec::new() } else { old_ips };
+            ips.extend_from_slice(allowed_ips);
+            return self.update_peer(
+                pub_key,
+                false,
+                false,
+                endpoint.or(old_endpoint),
+                &ips,
+                keepalive.or(old_keepalive),
+                preshared_key,
+            );
         }
 
         let next_index = self.next_index();
@@ -342,12 +369,66 @@ impl Device {
         self.peers.insert(pub_key, Arc::clone(&peer));
         self.peers_by_idx.insert(next_index, Arc::clone(&peer));
 
-        for AllowedIP { addr, cidr } in allowed_ips {
-            self.peers_by_ip
-                .insert(*addr, *cidr as _, Arc::clone(&peer));
+        for ip in allowed_ips {
+            self.claim_allowed_ip(&peer, *ip);
         }
 
         tracing::info!("Peer added");
+    }
+
+    /// WEFT: gives `ip` to `peer`, taking it off the peer that had it (kernel
+    /// semantics: an AllowedIP belongs to one peer).
+    fn claim_allowed_ip(&mut self, peer: &Arc<Mutex<Peer>>, ip: AllowedIP) {
+        if let Some(previous) = self
+            .peers_by_ip
+            .insert(ip.addr, ip.cidr as _, Arc::clone(peer))
+        {
+            if !Arc::ptr_eq(&previous, peer) {
+                previous.lock().remove_allowed_ip(ip);
+            }
+        }
+    }
+
+    /// WEFT: changes a configured peer without touching its session.
+    fn modify_peer(
+        &mut self,
+        peer: &Arc<Mutex<Peer>>,
+        replace_ips: bool,
+        endpoint: Option<SocketAddr>,
+        allowed_ips: &[AllowedIP],
+        keepalive: Option<u16>,
+    ) {
+        if replace_ips {
+            let wanted: std::collections::HashSet<AllowedIP> =
+                allowed_ips.iter().copied().collect();
+            let stale: Vec<AllowedIP> = peer
+                .lock()
+                .allowed_ips()
+                .map(|(addr, cidr)| AllowedIP { addr, cidr })
+                .filter(|ip| !wanted.contains(ip))
+                .collect();
+            for ip in stale {
+                // Only when it is still this peer's: another may have claimed it.
+                if let Some(owner) = self.peers_by_ip.remove_network(ip.addr, ip.cidr as _) {
+                    if !Arc::ptr_eq(&owner, peer) {
+                        self.peers_by_ip.insert(ip.addr, ip.cidr as _, owner);
+                    }
+                }
+                peer.lock().remove_allowed_ip(ip);
+            }
+        }
+        for ip in allowed_ips {
+            self.claim_allowed_ip(peer, *ip);
+            peer.lock().add_allowed_ip(*ip);
+        }
+        let mut p = peer.lock();
+        if let Some(endpoint) = endpoint {
+            p.set_endpoint(endpoint);
+        }
+        if keepalive.is_some() {
+            p.tunnel.set_persistent_keepalive(keepalive);
+        }
+        tracing::info!("Peer modified");
     }
 
     pub fn new(name: &str, config: DeviceConfig) -> Result<Device, Error> {

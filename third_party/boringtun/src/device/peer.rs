@@ -148,6 +148,16 @@ impl Peer {
         self.allowed_ips.find(addr.into()).is_some()
     }
 
+    /// WEFT: adds an AllowedIP to a configured peer.
+    pub(crate) fn add_allowed_ip(&mut self, ip: AllowedIP) {
+        self.allowed_ips.insert(ip.addr, ip.cidr as u32, ());
+    }
+
+    /// WEFT: takes an AllowedIP off a configured peer.
+    pub(crate) fn remove_allowed_ip(&mut self, ip: AllowedIP) {
+        self.allowed_ips.remove_network(ip.addr, ip.cidr as u32);
+    }
+
     pub fn allowed_ips(&self) -> impl Iterator<Item = (IpAddr, u8)> + '_ {
         self.allowed_ips.iter().map(|(_, ip, cidr)| (ip, cidr))
     }

@@ -323,6 +323,11 @@ impl Tunn {
         }
     }
 
+    /// WEFT: a configured peer's keepalive changes without a new session.
+    pub fn set_persistent_keepalive(&mut self, keepalive: Option<u16>) {
+        self.timers.persistent_keepalive = usize::from(keepalive.unwrap_or(0));
+    }
+
     pub fn persistent_keepalive(&self) -> Option<u16> {
         let keepalive = self.timers.persistent_keepalive;
 
