@@ -92,3 +92,135 @@ fn two_nodes_talk_through_the_tunnel_and_a_restart_finds_the_device_intact() {
     assert_eq!(again.get().unwrap().peers.len(), 1);
     assert_eq!(through_tunnel(b"after restart"), b"after restart");
 }
+
+fn remote_node(name: &str, ip: &str, key: &NodeKey) -> weft::model::Node {
+    weft::model::Node {
+        name: name.into(),
+        cluster: "c2".into(),
+        cluster_id: 2,
+        ip_addresses: vec![weft::model::NodeAddress {
+            kind: "InternalIP".into(),
+            ip: ip.parse().unwrap(),
+        }],
+        wireguard_pub_key: key.public().to_base64(),
+        ..weft::model::Node::default()
+    }
+}
+
+#[test]
+fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collection() {
+    use std::collections::BTreeSet;
+    use weft::ipcache::{Fact, IpCache, Owner, Prefix, Source};
+    use weft::node::{NodeId, NodeListener as _};
+    use weft::wireguard::PeerSync;
+
+    if !support::bpf_available("wireguard peers") || !Path::new("/dev/net/tun").exists() {
+        return;
+    }
+    let (a, b) = support::netns::joined_pair("wgp");
+    let state = tempfile::tempdir().unwrap();
+    let key_a = NodeKey::load_or_create(&state.path().join("a.key")).unwrap();
+    let key_b = NodeKey::load_or_create(&state.path().join("b.key")).unwrap();
+    let pid = std::process::id() % 100_000;
+    let (name_a, name_b) = (format!("wpa{pid}"), format!("wpb{pid}"));
+    let dev_a = Stop(UserspaceDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap());
+    let dev_b = Stop(UserspaceDevice::ensure(&name_b, Some(&b.path()), Path::new(HELPER)).unwrap());
+    dev_a.0.configure(&key_a).unwrap();
+    dev_b.0.configure(&key_b).unwrap();
+    // Node B's side is configured by hand: this test is about node A's agent.
+    dev_b
+        .0
+        .apply(
+            DeviceUpdate::new().add_peer(
+                PeerConfigBuilder::new(key_a.public())
+                    .set_endpoint(format!("10.100.0.1:{LISTEN_PORT}").parse().unwrap())
+                    .add_allowed_ip("10.200.0.1".parse().unwrap(), 32),
+            ),
+        )
+        .unwrap();
+    a.ip(&["addr", "add", "10.200.0.1/24", "dev", &name_a]);
+    a.ip(&["link", "set", &name_a, "up"]);
+    b.ip(&["addr", "add", "10.200.0.2/24", "dev", &name_b]);
+    b.ip(&["link", "set", &name_b, "up"]);
+    let sender = a.udp("10.200.0.1:0");
+    let receiver = b.udp("10.200.0.2:7000");
+    let delivered = |payload: &[u8], within: Duration| {
+        let deadline = Instant::now() + within;
+        let mut buf = [0u8; 64];
+        while Instant::now() < deadline {
+            let _ = sender.send_to(payload, "10.200.0.2:7000");
+            if let Ok((n, _)) = receiver.recv_from(&mut buf) {
+                return buf[..n] == *payload;
+            }
+        }
+        false
+    };
+    let prefixes = |dev: &UserspaceDevice, key: &NodeKey| -> BTreeSet<String> {
+        let peers = dev.peers().unwrap();
+        let (_, allowed) = peers.iter().find(|(k, _)| k == key.public()).unwrap();
+        allowed.iter().map(ToString::to_string).collect()
+    };
+    let local = NodeId {
+        cluster: "c1".into(),
+        name: "a".into(),
+    };
+    let pod_b: Prefix = "10.200.0.2/32".parse().unwrap();
+    let tunnel_to_b = Fact {
+        identity: Some(70_000),
+        tunnel_peer: Some("10.100.0.2".parse().unwrap()),
+        encrypt_key: 0xFF,
+        ..Fact::default()
+    };
+    let owner = Owner::new(Source::ClusterMesh, "pod-b");
+
+    // The first agent: node B and its pod's ipcache entry make the peer.
+    let sync = PeerSync::start(dev_a.0.clone(), local.clone()).unwrap();
+    let ipcache = IpCache::default();
+    ipcache.add_listener(sync.clone());
+    sync.on_upsert(&remote_node("b", "10.100.0.2", &key_b), None);
+    ipcache.upsert(pod_b, owner.clone(), tunnel_to_b.clone());
+    sync.flush();
+    assert_eq!(
+        prefixes(&dev_a.0, &key_b),
+        BTreeSet::from(["10.100.0.2/32".into(), "10.200.0.2/32".into()])
+    );
+    assert!(delivered(b"first", Duration::from_secs(10)));
+    // A peer nobody will claim after the restart.
+    let stale = wireguard_control::Key::generate_private().get_public();
+    dev_a
+        .0
+        .apply(DeviceUpdate::new().add_peer(
+            PeerConfigBuilder::new(&stale).add_allowed_ip("10.250.0.0".parse().unwrap(), 24),
+        ))
+        .unwrap();
+    drop((sync, ipcache));
+
+    // The restarted agent: node B is back, its pod's entry not yet. Nothing restored
+    // is removed, so the pod stays reachable.
+    let sync = PeerSync::start(dev_a.0.clone(), local).unwrap();
+    let ipcache = IpCache::default();
+    ipcache.add_listener(sync.clone());
+    sync.on_upsert(&remote_node("b", "10.100.0.2", &key_b), None);
+    sync.flush();
+    assert_eq!(sync.status().restored, 2);
+    assert!(sync.status().restoring);
+    assert!(prefixes(&dev_a.0, &key_b).contains("10.200.0.2/32"));
+    assert_eq!(dev_a.0.peers().unwrap().len(), 2);
+    assert!(delivered(b"during restart", Duration::from_secs(10)));
+
+    // Garbage collection: the stale peer goes, node B's peer stays without the
+    // AllowedIP nobody claims. That is what collecting early would have cut.
+    let report = sync.collect_garbage();
+    assert_eq!(report.removed, [stale.to_base64()]);
+    assert_eq!(report.kept, [key_b.public().to_base64()]);
+    assert_eq!(dev_a.0.peers().unwrap().len(), 1);
+    assert_eq!(
+        prefixes(&dev_a.0, &key_b),
+        BTreeSet::from(["10.100.0.2/32".into()])
+    );
+    assert!(!delivered(b"unclaimed", Duration::from_secs(1)));
+    // The entry arrives: the AllowedIP is back, and so is the traffic.
+    ipcache.upsert(pod_b, owner, tunnel_to_b);
+    sync.flush();
+    assert!(delivered(b"again", Duration::from_secs(10)));
+}

@@ -1,12 +1,14 @@
 //! The userspace WireGuard device: a `weft-wg` process started detached when the
 //! device's UAPI socket does not answer, configured through that socket.
 
-use super::{Error, NodeKey, FWMARK, LISTEN_PORT};
+use super::{Error, NodeKey, PeerChange, FWMARK, LISTEN_PORT};
+use crate::ipcache::Prefix;
+use std::collections::BTreeSet;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use wireguard_control::{Backend, DeviceUpdate, InterfaceName};
+use wireguard_control::{Backend, DeviceUpdate, InterfaceName, Key, PeerConfigBuilder};
 
 /// Where userspace devices keep their sockets; not per namespace, so device names
 /// must be unique on the machine.
@@ -135,6 +137,58 @@ impl UserspaceDevice {
             device: self.name.clone(),
             reason: format!("UAPI get: {e}"),
         })
+    }
+
+    /// The device's peers with their AllowedIPs: what a restarted agent restores.
+    ///
+    /// # Errors
+    /// [`Error::Device`].
+    pub fn peers(&self) -> Result<Vec<(Key, BTreeSet<Prefix>)>, Error> {
+        Ok(self
+            .get()?
+            .peers
+            .into_iter()
+            .map(|p| {
+                let allowed = p
+                    .config
+                    .allowed_ips
+                    .iter()
+                    .filter_map(|a| Prefix::new(a.address, a.cidr))
+                    .collect();
+                (p.config.public_key, allowed)
+            })
+            .collect())
+    }
+
+    /// Sends `changes` in one UAPI update (one round trip).
+    ///
+    /// # Errors
+    /// [`Error::Device`]; the device may then hold part of the update.
+    pub fn apply_changes(&self, changes: &[PeerChange]) -> Result<(), Error> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut update = DeviceUpdate::new();
+        for change in changes {
+            update = match change {
+                PeerChange::Upsert {
+                    key,
+                    endpoint,
+                    allowed_ips,
+                } => {
+                    let mut peer = PeerConfigBuilder::new(key).replace_allowed_ips();
+                    if let Some(endpoint) = endpoint {
+                        peer = peer.set_endpoint(*endpoint);
+                    }
+                    for p in allowed_ips {
+                        peer = peer.add_allowed_ip(p.addr(), p.prefix_len());
+                    }
+                    update.add_peer(peer)
+                }
+                PeerChange::Remove { key } => update.remove_peer_by_key(key),
+            };
+        }
+        self.apply(update)
     }
 
     /// Stops the helper (the device and its tunnels go with it). For tests and for

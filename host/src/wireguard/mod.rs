@@ -6,9 +6,13 @@
 
 mod device;
 mod key;
+mod peers;
+mod stage;
 
 pub use device::UserspaceDevice;
 pub use key::NodeKey;
+pub use peers::{PeerChange, PeerTable, Refusal};
+pub use stage::{GarbageReport, PeerSync, PeerSyncStatus};
 
 use std::path::PathBuf;
 
