@@ -213,6 +213,19 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
     let report = sync.collect_garbage();
     assert_eq!(report.removed, [stale.to_base64()]);
     assert_eq!(report.kept, [key_b.public().to_base64()]);
+    assert_eq!(report.trimmed, ["10.200.0.2/32"]);
+    let status = sync.status();
+    assert!(!status.restoring);
+    let [peer] = &status.peers[..] else {
+        panic!("one peer: {:?}", status.peers)
+    };
+    assert_eq!(peer.node.as_deref(), Some("c2/b"));
+    assert_eq!(peer.endpoint.as_deref(), Some("10.100.0.2:51871"));
+    assert_eq!(peer.allowed_ips, 1);
+    assert!(
+        peer.handshake_seconds_ago.is_some_and(|s| s < 60),
+        "a handshake this minute, not in 1970: {peer:?}"
+    );
     assert_eq!(dev_a.0.peers().unwrap().len(), 1);
     assert_eq!(
         prefixes(&dev_a.0, &key_b),

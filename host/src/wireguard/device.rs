@@ -175,8 +175,12 @@ impl UserspaceDevice {
                     key,
                     endpoint,
                     allowed_ips,
+                    replace_allowed_ips,
                 } => {
-                    let mut peer = PeerConfigBuilder::new(key).replace_allowed_ips();
+                    let mut peer = PeerConfigBuilder::new(key);
+                    if *replace_allowed_ips {
+                        peer = peer.replace_allowed_ips();
+                    }
                     if let Some(endpoint) = endpoint {
                         peer = peer.set_endpoint(*endpoint);
                     }

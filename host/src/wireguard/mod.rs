@@ -6,13 +6,14 @@
 
 mod device;
 mod key;
+pub mod mtu;
 mod peers;
 mod stage;
 
 pub use device::UserspaceDevice;
 pub use key::NodeKey;
-pub use peers::{PeerChange, PeerTable, Refusal};
-pub use stage::{GarbageReport, PeerSync, PeerSyncStatus};
+pub use peers::{Collected, PeerChange, PeerTable, Refusal};
+pub use stage::{GarbageReport, PeerStatus, PeerSync, PeerSyncStatus};
 
 use std::path::PathBuf;
 

@@ -1,8 +1,13 @@
 //! Which peers the device should have, as pure state: one per remote node with a
 //! usable public key; its endpoint is the node's first IP at port 51871; its
 //! AllowedIPs are the node's IPs plus every ipcache prefix tunnelled to one of them.
-//! Every event returns the incremental changes, peer by peer, for the caller to send
-//! over UAPI: there is never a rewrite of the whole device.
+//!
+//! The table also keeps a view of what the device holds. Events only mark peers
+//! dirty; [`PeerTable::changes`] then gives one change per dirty peer, as small as
+//! the UAPI allows: the new AllowedIPs alone when the peer only gained some, its
+//! whole set with `replace_allowed_ips` only when it lost one (UAPI cannot remove a
+//! single AllowedIP), the endpoint only when it moved. A burst of events becomes one
+//! update, and there is never a rewrite of the whole device.
 //!
 //! After a restart the device's existing peers are *restored*: they are kept, and
 //! their AllowedIPs too, until [`PeerTable::collect_garbage`]. The caller calls that
@@ -14,21 +19,23 @@
 use super::LISTEN_PORT;
 use crate::ipcache::Prefix;
 use crate::node::NodeId;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use wireguard_control::Key;
 
 /// A change to send to the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerChange {
-    /// Add the peer, or update it: its endpoint, and its AllowedIPs replaced by these.
+    /// Add the peer or change it.
     Upsert {
         /// The peer's public key.
         key: Key,
-        /// Where to send its packets.
+        /// Where to send its packets; `None` leaves it as it is.
         endpoint: Option<SocketAddr>,
-        /// Its AllowedIPs, all of them.
+        /// AllowedIPs to add, or with `replace_allowed_ips` all of them.
         allowed_ips: BTreeSet<Prefix>,
+        /// Whether `allowed_ips` replaces the peer's set instead of adding to it.
+        replace_allowed_ips: bool,
     },
     /// Remove the peer.
     Remove {
@@ -54,13 +61,31 @@ pub enum Refusal {
     },
 }
 
+/// What garbage collection did with the restored peers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Restored peers a node claims.
+    pub kept: Vec<Key>,
+    /// Restored peers no node claims: removed.
+    pub removed: Vec<Key>,
+    /// Restored AllowedIPs of kept peers that nothing claims: removed.
+    pub trimmed: Vec<Prefix>,
+}
+
 #[derive(Debug, Clone)]
 struct NodePeer {
     key: Key,
     ips: Vec<IpAddr>,
 }
 
-/// The peers the device should have.
+/// A peer as the device has it (or should have it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct DevicePeer {
+    endpoint: Option<SocketAddr>,
+    allowed_ips: BTreeSet<Prefix>,
+}
+
+/// The peers the device should have, and what it has.
 #[derive(Debug, Default)]
 pub struct PeerTable {
     nodes: BTreeMap<NodeId, NodePeer>,
@@ -69,19 +94,52 @@ pub struct PeerTable {
     /// ipcache prefixes per tunnel endpoint.
     tunnelled: HashMap<IpAddr, BTreeSet<Prefix>>,
     tunnel_of: HashMap<Prefix, IpAddr>,
-    /// What the device had at start and nobody has claimed for removal yet.
+    /// What the device had at start, kept until garbage collection.
     restored: HashMap<Key, BTreeSet<Prefix>>,
     refused: BTreeMap<NodeId, Refusal>,
+    /// What the device holds, as far as the changes given out say.
+    device: HashMap<Key, DevicePeer>,
+    dirty: HashSet<Key>,
 }
 
 impl PeerTable {
-    /// A table that keeps the device's existing peers (key and AllowedIPs) until
-    /// [`Self::collect_garbage`].
+    /// A table for a device that has `existing` peers (key and AllowedIPs): they are
+    /// kept until [`Self::collect_garbage`].
     pub fn restoring(existing: impl IntoIterator<Item = (Key, BTreeSet<Prefix>)>) -> Self {
+        let restored: HashMap<Key, BTreeSet<Prefix>> = existing.into_iter().collect();
+        let device = restored
+            .iter()
+            .map(|(k, ips)| {
+                let peer = DevicePeer {
+                    endpoint: None,
+                    allowed_ips: ips.clone(),
+                };
+                (k.clone(), peer)
+            })
+            .collect();
         Self {
-            restored: existing.into_iter().collect(),
+            restored,
+            device,
             ..Self::default()
         }
+    }
+
+    /// Forgets the device view for `actual`, what the device really holds (after an
+    /// update it refused, say): the next [`Self::changes`] brings every peer back in
+    /// step with it.
+    pub fn resync(&mut self, actual: impl IntoIterator<Item = (Key, BTreeSet<Prefix>)>) {
+        self.device = actual
+            .into_iter()
+            .map(|(k, allowed_ips)| {
+                let peer = DevicePeer {
+                    endpoint: None,
+                    allowed_ips,
+                };
+                (k, peer)
+            })
+            .collect();
+        let wanted = self.by_key.keys().chain(self.restored.keys());
+        self.dirty = wanted.chain(self.device.keys()).cloned().collect();
     }
 
     /// Nodes refused a peer, and why.
@@ -89,72 +147,64 @@ impl PeerTable {
         &self.refused
     }
 
+    /// The node whose peer has `key`.
+    pub fn node_of(&self, key: &Key) -> Option<&NodeId> {
+        self.by_key.get(key)
+    }
+
+    /// Each peer's key with its node.
+    pub fn owners(&self) -> impl Iterator<Item = (&Key, &NodeId)> {
+        self.by_key.iter()
+    }
+
     /// The remote node `id` with its IPs and its published key (base64; empty when it
     /// has none) was added or changed.
-    pub fn upsert_node(&mut self, id: &NodeId, ips: &[IpAddr], key: &str) -> Vec<PeerChange> {
-        let mut changes = Vec::new();
+    pub fn upsert_node(&mut self, id: &NodeId, ips: &[IpAddr], key: &str) {
         let parsed = parse_key(key);
-        let old = self.nodes.get(id).cloned();
         // What this node had goes first: its key may change or become unusable.
-        if let Some(old) = &old {
-            let same_key = parsed.as_ref().is_ok_and(|k| *k == old.key);
-            if !same_key {
-                changes.extend(self.remove_node(id));
+        if let Some(old) = self.nodes.get(id) {
+            if parsed.as_ref().ok() != Some(&old.key) {
+                self.remove_node(id);
             }
         }
         self.refused.remove(id);
         let key = match parsed {
             Ok(k) => k,
-            Err(Refusal::Malformed) if key.is_empty() => return changes, // no WireGuard
-            Err(refusal) => return self.refuse(id, refusal, changes),
+            Err(Refusal::Malformed) if key.is_empty() => return, // no WireGuard
+            Err(refusal) => return self.refuse(id, refusal),
         };
         if let Some(other) = self.by_key.get(&key).filter(|o| *o != id) {
             let other = format!("{}/{}", other.cluster, other.name);
-            return self.refuse(id, Refusal::Duplicate { other }, changes);
+            return self.refuse(id, Refusal::Duplicate { other });
         }
-        let before = self
-            .nodes
-            .get(id)
-            .map(|n| n.ips.clone())
-            .unwrap_or_default();
-        for ip in &before {
-            self.by_ip.remove(ip);
+        if let Some(before) = self.nodes.get(id) {
+            for ip in &before.ips {
+                self.by_ip.remove(ip);
+            }
         }
         for ip in ips {
             self.by_ip.insert(*ip, id.clone());
         }
         self.by_key.insert(key.clone(), id.clone());
-        self.nodes.insert(
-            id.clone(),
-            NodePeer {
-                key: key.clone(),
-                ips: ips.to_vec(),
-            },
-        );
-        changes.push(self.desired(&key));
-        changes
+        self.dirty.insert(key.clone());
+        let ips = ips.to_vec();
+        self.nodes.insert(id.clone(), NodePeer { key, ips });
     }
 
-    fn refuse(
-        &mut self,
-        id: &NodeId,
-        refusal: Refusal,
-        changes: Vec<PeerChange>,
-    ) -> Vec<PeerChange> {
+    fn refuse(&mut self, id: &NodeId, refusal: Refusal) {
         tracing::warn!(node = %id.name, cluster = %id.cluster, %refusal, "no WireGuard peer for node");
         self.refused.insert(id.clone(), refusal);
-        changes
     }
 
     /// The remote node `id` went away.
-    pub fn delete_node(&mut self, id: &NodeId) -> Vec<PeerChange> {
+    pub fn delete_node(&mut self, id: &NodeId) {
         self.refused.remove(id);
-        self.remove_node(id)
+        self.remove_node(id);
     }
 
-    fn remove_node(&mut self, id: &NodeId) -> Vec<PeerChange> {
+    fn remove_node(&mut self, id: &NodeId) {
         let Some(old) = self.nodes.remove(id) else {
-            return Vec::new();
+            return;
         };
         self.by_key.remove(&old.key);
         for ip in &old.ips {
@@ -162,61 +212,63 @@ impl PeerTable {
                 self.by_ip.remove(ip);
             }
         }
-        // A restored peer stays until garbage collection, with what it had.
-        if self.restored.contains_key(&old.key) {
-            vec![self.desired(&old.key)]
-        } else {
-            vec![PeerChange::Remove { key: old.key }]
-        }
+        self.dirty.insert(old.key);
     }
 
     /// An ipcache entry's tunnel endpoint changed (`None`: none, or the entry is gone).
-    pub fn tunnel_changed(&mut self, prefix: Prefix, endpoint: Option<IpAddr>) -> Vec<PeerChange> {
+    pub fn tunnel_changed(&mut self, prefix: Prefix, endpoint: Option<IpAddr>) {
         let old = self.tunnel_of.get(&prefix).copied();
         if old == endpoint {
-            return Vec::new();
+            return;
         }
-        let owner = |t: &Self, ip: Option<IpAddr>| {
-            ip.and_then(|ip| t.by_ip.get(&ip))
-                .and_then(|id| t.nodes.get(id))
-                .map(|n| n.key.clone())
-        };
-        let before = owner(self, old);
         if let Some(old) = old {
             if let Some(set) = self.tunnelled.get_mut(&old) {
                 set.remove(&prefix);
+                if set.is_empty() {
+                    self.tunnelled.remove(&old);
+                }
             }
+            self.mark_owner(old);
         }
         match endpoint {
             Some(ip) => {
                 self.tunnel_of.insert(prefix, ip);
                 self.tunnelled.entry(ip).or_default().insert(prefix);
+                self.mark_owner(ip);
             }
             None => {
                 self.tunnel_of.remove(&prefix);
             }
         }
-        let after = owner(self, endpoint);
-        let mut keys: Vec<Key> = before.into_iter().chain(after).collect();
-        keys.dedup();
-        keys.iter().map(|k| self.desired(k)).collect()
     }
 
-    /// Removes what was restored and nobody claims: peers of no node, and AllowedIPs
-    /// no node or ipcache entry gives. Call only once the remote nodes and their
-    /// ipcache entries are synced (a disconnected or removed cluster counts as done).
-    pub fn collect_garbage(&mut self) -> Vec<PeerChange> {
-        let restored: Vec<Key> = self.restored.drain().map(|(k, _)| k).collect();
-        restored
-            .into_iter()
-            .map(|key| {
-                if self.by_key.contains_key(&key) {
-                    self.desired(&key)
-                } else {
-                    PeerChange::Remove { key }
+    fn mark_owner(&mut self, ip: IpAddr) {
+        if let Some(node) = self.by_ip.get(&ip).and_then(|id| self.nodes.get(id)) {
+            self.dirty.insert(node.key.clone());
+        }
+    }
+
+    /// Stops keeping what was restored: peers no node claims are removed, and so are
+    /// AllowedIPs no node or ipcache entry gives. Call only once the remote nodes and
+    /// their ipcache entries are synced (a disconnected or removed cluster counts as
+    /// done); [`Self::changes`] then gives the removals.
+    pub fn collect_garbage(&mut self) -> Collected {
+        let mut collected = Collected::default();
+        for (key, ips) in std::mem::take(&mut self.restored) {
+            match self.desired(&key) {
+                Some(want) => {
+                    collected
+                        .trimmed
+                        .extend(ips.difference(&want.allowed_ips).copied());
+                    collected.kept.push(key.clone());
                 }
-            })
-            .collect()
+                None => collected.removed.push(key.clone()),
+            }
+            self.dirty.insert(key);
+        }
+        collected.kept.sort_by_key(|k| k.0);
+        collected.removed.sort_by_key(|k| k.0);
+        collected
     }
 
     /// Whether restored peers are still kept.
@@ -224,25 +276,93 @@ impl PeerTable {
         !self.restored.is_empty()
     }
 
-    /// The peer `key` should be now.
-    fn desired(&self, key: &Key) -> PeerChange {
-        let node = self.by_key.get(key).and_then(|id| self.nodes.get(id));
-        let mut allowed_ips: BTreeSet<Prefix> = self.restored.get(key).cloned().unwrap_or_default();
-        let mut endpoint = None;
-        if let Some(node) = node {
-            endpoint = node.ips.first().map(|ip| SocketAddr::new(*ip, LISTEN_PORT));
-            for ip in &node.ips {
-                allowed_ips.insert(Prefix::host(*ip));
-                if let Some(set) = self.tunnelled.get(ip) {
-                    allowed_ips.extend(set.iter().copied());
+    /// The changes that bring the device in step, one per dirty peer: removals first,
+    /// then by key. The device view assumes they are applied.
+    pub fn changes(&mut self) -> Vec<PeerChange> {
+        let mut dirty: Vec<Key> = self.dirty.drain().collect();
+        dirty.sort_by_key(|k| k.0);
+        let mut removals = Vec::new();
+        let mut upserts = Vec::new();
+        for key in dirty {
+            let want = self.desired(&key);
+            match (want, self.device.get(&key)) {
+                (None, None) => {}
+                (None, Some(_)) => {
+                    self.device.remove(&key);
+                    removals.push(PeerChange::Remove { key });
+                }
+                (Some(want), None) => {
+                    upserts.push(PeerChange::Upsert {
+                        key: key.clone(),
+                        endpoint: want.endpoint,
+                        allowed_ips: want.allowed_ips.clone(),
+                        replace_allowed_ips: false,
+                    });
+                    self.device.insert(key, want);
+                }
+                (Some(want), Some(have)) => {
+                    let moved = want.endpoint.is_some() && want.endpoint != have.endpoint;
+                    let lost = !have.allowed_ips.is_subset(&want.allowed_ips);
+                    let gained: BTreeSet<Prefix> = want
+                        .allowed_ips
+                        .difference(&have.allowed_ips)
+                        .copied()
+                        .collect();
+                    if moved || lost || !gained.is_empty() {
+                        upserts.push(PeerChange::Upsert {
+                            key: key.clone(),
+                            endpoint: want.endpoint.filter(|_| moved),
+                            allowed_ips: if lost {
+                                want.allowed_ips.clone()
+                            } else {
+                                gained
+                            },
+                            replace_allowed_ips: lost,
+                        });
+                    }
+                    // A restored peer's endpoint is unknown until its node says it.
+                    let endpoint = want.endpoint.or(have.endpoint);
+                    let allowed_ips = want.allowed_ips;
+                    self.device.insert(
+                        key,
+                        DevicePeer {
+                            endpoint,
+                            allowed_ips,
+                        },
+                    );
                 }
             }
         }
-        PeerChange::Upsert {
-            key: key.clone(),
-            endpoint,
-            allowed_ips,
+        removals.extend(upserts);
+        removals
+    }
+
+    /// The peer `key` should be now, if any.
+    fn desired(&self, key: &Key) -> Option<DevicePeer> {
+        let node = self.by_key.get(key).and_then(|id| self.nodes.get(id));
+        let restored = self.restored.get(key);
+        if node.is_none() && restored.is_none() {
+            return None;
         }
+        let mut peer = DevicePeer {
+            endpoint: None,
+            allowed_ips: restored.cloned().unwrap_or_default(),
+        };
+        if let Some(node) = node {
+            peer.endpoint = node.ips.first().map(|ip| SocketAddr::new(*ip, LISTEN_PORT));
+            let id = self.by_key.get(key);
+            for ip in &node.ips {
+                peer.allowed_ips.insert(Prefix::host(*ip));
+                // Two nodes claiming one IP: its prefixes go to the latest.
+                if self.by_ip.get(ip) != id {
+                    continue;
+                }
+                if let Some(set) = self.tunnelled.get(ip) {
+                    peer.allowed_ips.extend(set.iter().copied());
+                }
+            }
+        }
+        Some(peer)
     }
 }
 
@@ -266,7 +386,7 @@ mod tests {
     }
 
     fn key(n: u8) -> Key {
-        Key::from_base64(&Key([n; 32]).to_base64()).unwrap()
+        Key([n; 32])
     }
 
     fn ips(list: &[&str]) -> Vec<IpAddr> {
@@ -277,79 +397,144 @@ mod tests {
         list.iter().map(|s| s.parse().unwrap()).collect()
     }
 
-    fn upsert(key: &Key, endpoint: &str, allowed: &[&str]) -> PeerChange {
+    fn upsert(key: &Key, endpoint: Option<&str>, allowed: &[&str], replace: bool) -> PeerChange {
         PeerChange::Upsert {
             key: key.clone(),
-            endpoint: Some(endpoint.parse().unwrap()),
+            endpoint: endpoint.map(|e| e.parse().unwrap()),
             allowed_ips: prefixes(allowed),
+            replace_allowed_ips: replace,
         }
     }
 
+    fn endpoint(ip: &str) -> Option<IpAddr> {
+        Some(ip.parse().unwrap())
+    }
+
     #[test]
-    fn a_node_becomes_a_peer_with_its_ips_and_the_prefixes_tunnelled_to_it() {
+    fn a_node_becomes_a_peer_and_its_prefixes_are_sent_as_they_change() {
         let mut t = PeerTable::default();
         let k = key(1);
+        t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &k.to_base64());
         assert_eq!(
-            t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &k.to_base64()),
-            [upsert(&k, "192.0.2.2:51871", &["192.0.2.2/32"])]
-        );
-        let pod: Prefix = "10.2.0.7/32".parse().unwrap();
-        assert_eq!(
-            t.tunnel_changed(pod, Some("192.0.2.2".parse().unwrap())),
+            t.changes(),
             [upsert(
                 &k,
-                "192.0.2.2:51871",
-                &["192.0.2.2/32", "10.2.0.7/32"]
+                Some("192.0.2.2:51871"),
+                &["192.0.2.2/32"],
+                false
             )]
         );
-        // Moving the prefix to an unknown endpoint takes it off the peer.
+        assert_eq!(t.changes(), [], "nothing dirty, nothing sent");
+        // A gained prefix is sent alone, without the endpoint that did not move.
+        let pod: Prefix = "10.2.0.7/32".parse().unwrap();
+        t.tunnel_changed(pod, endpoint("192.0.2.2"));
+        assert_eq!(t.changes(), [upsert(&k, None, &["10.2.0.7/32"], false)]);
+        // A burst of changes to one peer is one change.
+        for n in 1..=3 {
+            t.tunnel_changed(
+                format!("10.2.1.{n}/32").parse().unwrap(),
+                endpoint("192.0.2.2"),
+            );
+        }
         assert_eq!(
-            t.tunnel_changed(pod, Some("192.0.2.9".parse().unwrap())),
-            [upsert(&k, "192.0.2.2:51871", &["192.0.2.2/32"])]
+            t.changes(),
+            [upsert(
+                &k,
+                None,
+                &["10.2.1.1/32", "10.2.1.2/32", "10.2.1.3/32"],
+                false
+            )]
         );
-        assert_eq!(t.tunnel_changed(pod, None), []);
-        assert_eq!(t.delete_node(&id("n1")), [PeerChange::Remove { key: k }]);
+        // Losing a prefix replaces the set: UAPI cannot remove one AllowedIP.
+        t.tunnel_changed(pod, endpoint("192.0.2.9"));
+        assert_eq!(
+            t.changes(),
+            [upsert(
+                &k,
+                None,
+                &["192.0.2.2/32", "10.2.1.1/32", "10.2.1.2/32", "10.2.1.3/32"],
+                true
+            )]
+        );
+        t.tunnel_changed(pod, None);
+        assert_eq!(t.changes(), []);
+        // The node moves: only the endpoint and the new IP.
+        t.upsert_node(
+            &id("n1"),
+            &ips(&["192.0.2.2", "198.51.100.2"]),
+            &k.to_base64(),
+        );
+        assert_eq!(t.changes(), [upsert(&k, None, &["198.51.100.2/32"], false)]);
+        t.delete_node(&id("n1"));
+        assert_eq!(t.changes(), [PeerChange::Remove { key: k }]);
+    }
+
+    #[test]
+    fn a_prefix_moving_between_nodes_leaves_one_and_joins_the_other() {
+        let mut t = PeerTable::default();
+        let (k1, k2) = (key(1), key(2));
+        t.upsert_node(&id("n1"), &ips(&["192.0.2.1"]), &k1.to_base64());
+        t.upsert_node(&id("n2"), &ips(&["192.0.2.2"]), &k2.to_base64());
+        let pod: Prefix = "10.2.0.7/32".parse().unwrap();
+        t.tunnel_changed(pod, endpoint("192.0.2.1"));
+        t.changes();
+        t.tunnel_changed(pod, endpoint("192.0.2.2"));
+        assert_eq!(
+            t.changes(),
+            [
+                upsert(&k1, None, &["192.0.2.1/32"], true),
+                upsert(&k2, None, &["10.2.0.7/32"], false)
+            ]
+        );
     }
 
     #[test]
     fn zero_duplicate_and_malformed_keys_are_refused_and_a_changed_key_replaces_the_peer() {
         let mut t = PeerTable::default();
         let zero = Key([0; 32]).to_base64();
-        assert_eq!(t.upsert_node(&id("z"), &ips(&["192.0.2.3"]), &zero), []);
+        t.upsert_node(&id("z"), &ips(&["192.0.2.3"]), &zero);
         assert_eq!(t.refused()[&id("z")], Refusal::Zero);
-        assert_eq!(
-            t.upsert_node(&id("m"), &ips(&["192.0.2.4"]), "not-a-key"),
-            []
-        );
+        t.upsert_node(&id("m"), &ips(&["192.0.2.4"]), "not-a-key");
         assert_eq!(t.refused()[&id("m")], Refusal::Malformed);
-        assert_eq!(t.upsert_node(&id("none"), &ips(&["192.0.2.5"]), ""), []);
+        t.upsert_node(&id("none"), &ips(&["192.0.2.5"]), "");
         assert!(
             !t.refused().contains_key(&id("none")),
             "no key: no WireGuard"
         );
+        assert_eq!(t.changes(), []);
 
         let k = key(1);
         t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &k.to_base64());
-        assert_eq!(
-            t.upsert_node(&id("n2"), &ips(&["192.0.2.6"]), &k.to_base64()),
-            []
-        );
+        t.changes();
+        t.upsert_node(&id("n2"), &ips(&["192.0.2.6"]), &k.to_base64());
+        assert_eq!(t.changes(), []);
         assert!(matches!(t.refused()[&id("n2")], Refusal::Duplicate { .. }));
+        assert_eq!(t.node_of(&k), Some(&id("n1")), "the first keeps its peer");
 
         let k2 = key(2);
+        t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &k2.to_base64());
         assert_eq!(
-            t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &k2.to_base64()),
+            t.changes(),
             [
                 PeerChange::Remove { key: k.clone() },
-                upsert(&k2, "192.0.2.2:51871", &["192.0.2.2/32"])
+                upsert(&k2, Some("192.0.2.2:51871"), &["192.0.2.2/32"], false)
             ]
         );
         // The old key is free again.
+        t.upsert_node(&id("n2"), &ips(&["192.0.2.6"]), &k.to_base64());
         assert_eq!(
-            t.upsert_node(&id("n2"), &ips(&["192.0.2.6"]), &k.to_base64()),
-            [upsert(&k, "192.0.2.6:51871", &["192.0.2.6/32"])]
+            t.changes(),
+            [upsert(
+                &k,
+                Some("192.0.2.6:51871"),
+                &["192.0.2.6/32"],
+                false
+            )]
         );
         assert!(!t.refused().contains_key(&id("n2")));
+        // A node whose key becomes zero loses its peer.
+        t.upsert_node(&id("n2"), &ips(&["192.0.2.6"]), &zero);
+        assert_eq!(t.changes(), [PeerChange::Remove { key: k }]);
     }
 
     #[test]
@@ -359,33 +544,55 @@ mod tests {
             (kept.clone(), prefixes(&["192.0.2.2/32", "10.2.0.0/24"])),
             (stale.clone(), prefixes(&["192.0.2.99/32"])),
         ]);
-        // The node comes back without its prefix yet: nothing restored is dropped.
+        // The node comes back without its prefix yet: nothing restored is dropped,
+        // only the endpoint is said.
+        t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &kept.to_base64());
         assert_eq!(
-            t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &kept.to_base64()),
-            [upsert(
-                &kept,
-                "192.0.2.2:51871",
-                &["192.0.2.2/32", "10.2.0.0/24"]
-            )]
+            t.changes(),
+            [upsert(&kept, Some("192.0.2.2:51871"), &[], false)]
         );
         // Even a delete keeps a restored peer as it was.
-        let again = t.delete_node(&id("n1"));
-        assert!(
-            matches!(&again[..], [PeerChange::Upsert { allowed_ips, .. }] if allowed_ips.len() == 2)
-        );
+        t.delete_node(&id("n1"));
+        assert_eq!(t.changes(), []);
         t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &kept.to_base64());
+        t.changes();
         assert!(t.restoring_pending());
 
-        let mut gc = t.collect_garbage();
-        gc.sort_by_key(|c| matches!(c, PeerChange::Remove { .. }));
+        let collected = t.collect_garbage();
         assert_eq!(
-            gc,
+            collected,
+            Collected {
+                kept: vec![kept.clone()],
+                removed: vec![stale.clone()],
+                trimmed: vec!["10.2.0.0/24".parse().unwrap()],
+            }
+        );
+        assert_eq!(
+            t.changes(),
             [
-                upsert(&kept, "192.0.2.2:51871", &["192.0.2.2/32"]),
-                PeerChange::Remove { key: stale }
+                PeerChange::Remove { key: stale },
+                upsert(&kept, None, &["192.0.2.2/32"], true)
             ]
         );
         assert!(!t.restoring_pending());
-        assert_eq!(t.delete_node(&id("n1")), [PeerChange::Remove { key: kept }]);
+        t.delete_node(&id("n1"));
+        assert_eq!(t.changes(), [PeerChange::Remove { key: kept }]);
+    }
+
+    #[test]
+    fn resync_brings_the_device_back_in_step_after_a_refused_update() {
+        let mut t = PeerTable::default();
+        let (k1, k9) = (key(1), key(9));
+        t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &k1.to_base64());
+        t.changes();
+        // The device really holds a stranger and lost n1's peer.
+        t.resync([(k9.clone(), prefixes(&["10.9.0.0/16"]))]);
+        assert_eq!(
+            t.changes(),
+            [
+                PeerChange::Remove { key: k9 },
+                upsert(&k1, Some("192.0.2.2:51871"), &["192.0.2.2/32"], false)
+            ]
+        );
     }
 }

@@ -1,14 +1,20 @@
 //! The WireGuard stage: a node subscriber and an ipcache listener whose events feed the
 //! [`PeerTable`] on a thread of its own, which sends the changes to the device. The
-//! listeners only queue, so no UAPI round trip happens under the ipcache's lock.
+//! listeners only queue, so no UAPI round trip happens under the ipcache's lock, and
+//! the thread drains the whole queue before it sends: a burst of events is one update.
 
-use super::{PeerChange, PeerTable, UserspaceDevice};
+use super::{PeerTable, UserspaceDevice};
 use crate::ipcache::{Change, Listener, Prefix};
 use crate::model::Node;
 use crate::node::{NodeId, NodeListener};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{mpsc, Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Events applied in one update at most.
+const BATCH: usize = 100_000;
 
 enum Event {
     Node(NodeId, Vec<IpAddr>, String),
@@ -21,15 +27,36 @@ enum Event {
 /// What garbage collection did with the restored peers.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GarbageReport {
-    /// Restored peers a node claims (their stale AllowedIPs trimmed), public keys.
+    /// Restored peers a node claims, kept (public keys).
     pub kept: Vec<String>,
-    /// Restored peers no node claims, removed.
+    /// Restored peers no node claims, removed (public keys).
     pub removed: Vec<String>,
+    /// Restored AllowedIPs of kept peers that nothing claims, removed.
+    pub trimmed: Vec<String>,
 }
 
-/// What `weftd status` shows of the peers.
+/// One peer in [`PeerSyncStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerStatus {
+    /// Its public key.
+    pub key: String,
+    /// Its node as `cluster/name`; `None` for a restored peer no node claims (yet).
+    pub node: Option<String>,
+    /// Where its packets go.
+    pub endpoint: Option<String>,
+    /// How many AllowedIPs it has.
+    pub allowed_ips: usize,
+    /// Seconds since its last handshake; `None`: none yet.
+    pub handshake_seconds_ago: Option<u64>,
+}
+
+/// What `weftd status` shows of WireGuard.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerSyncStatus {
+    /// The device.
+    pub device: String,
+    /// Its backend (`userspace`: a `weft-wg` helper).
+    pub backend: String,
     /// Peers the device had at start.
     pub restored: usize,
     /// Whether restored peers are still kept, waiting for the remote nodes.
@@ -38,16 +65,26 @@ pub struct PeerSyncStatus {
     pub collected: Option<GarbageReport>,
     /// Nodes refused a peer: `cluster/name: reason`.
     pub refused: Vec<String>,
-    /// UAPI updates the device refused.
-    pub failed_updates: u64,
     /// UAPI updates sent.
     pub updates: u64,
+    /// UAPI updates the device refused (each followed by a resync).
+    pub failed_updates: u64,
+    /// The device's peers, as it reports them; empty when it does not answer.
+    pub peers: Vec<PeerStatus>,
+}
+
+#[derive(Default)]
+struct Shared {
+    status: PeerSyncStatus,
+    /// Public key (base64) to `cluster/name`.
+    owners: HashMap<String, String>,
 }
 
 /// Keeps a device's peers in step with the remote nodes and the ipcache.
 pub struct PeerSync {
     tx: Mutex<mpsc::Sender<Event>>,
-    status: Arc<Mutex<PeerSyncStatus>>,
+    shared: Arc<Mutex<Shared>>,
+    device: UserspaceDevice,
     local: NodeId,
 }
 
@@ -67,51 +104,31 @@ impl PeerSync {
             peers = restored.len(),
             "WireGuard peers restored; kept until the remote nodes are synced"
         );
-        let status = Arc::new(Mutex::new(PeerSyncStatus {
-            restored: restored.len(),
-            restoring: !restored.is_empty(),
-            ..PeerSyncStatus::default()
+        let shared = Arc::new(Mutex::new(Shared {
+            status: PeerSyncStatus {
+                device: device.name().into(),
+                backend: "userspace".into(),
+                restored: restored.len(),
+                restoring: !restored.is_empty(),
+                ..PeerSyncStatus::default()
+            },
+            owners: HashMap::new(),
         }));
-        let mut table = PeerTable::restoring(restored);
+        let table = PeerTable::restoring(restored);
         let (tx, rx) = mpsc::channel::<Event>();
-        let shared = status.clone();
+        let worker = Worker {
+            table,
+            device: device.clone(),
+            shared: shared.clone(),
+        };
         std::thread::Builder::new()
             .name("weft-wireguard".into())
-            .spawn(move || {
-                for event in rx {
-                    let changes = match event {
-                        Event::Node(id, ips, key) => table.upsert_node(&id, &ips, &key),
-                        Event::NodeGone(id) => table.delete_node(&id),
-                        Event::Tunnel(prefix, endpoint) => table.tunnel_changed(prefix, endpoint),
-                        Event::CollectGarbage(reply) => {
-                            let changes = table.collect_garbage();
-                            let report = garbage_report(&changes);
-                            tracing::info!(kept = ?report.kept, removed = ?report.removed, "WireGuard: restored peers collected");
-                            apply(&device, &changes, &shared);
-                            let mut s = shared.lock().expect("wireguard status lock");
-                            s.restoring = false;
-                            s.collected = Some(report.clone());
-                            drop(s);
-                            let _ = reply.send(report);
-                            continue;
-                        }
-                        Event::Flush(reply) => {
-                            let _ = reply.send(());
-                            continue;
-                        }
-                    };
-                    apply(&device, &changes, &shared);
-                    shared.lock().expect("wireguard status lock").refused = table
-                        .refused()
-                        .iter()
-                        .map(|(id, r)| format!("{}/{}: {r}", id.cluster, id.name))
-                        .collect();
-                }
-            })
+            .spawn(move || worker.run(&rx))
             .expect("the WireGuard thread starts");
         Ok(Arc::new(Self {
             tx: Mutex::new(tx),
-            status,
+            shared,
+            device,
             local,
         }))
     }
@@ -135,34 +152,124 @@ impl PeerSync {
         let _ = answer.recv();
     }
 
-    /// The stage's status.
+    /// The stage's status, with the peers as the device reports them now.
     pub fn status(&self) -> PeerSyncStatus {
-        self.status.lock().expect("wireguard status lock").clone()
+        let device = self.device.get();
+        let shared = self.shared.lock().expect("wireguard status lock");
+        let mut status = shared.status.clone();
+        let now = SystemTime::now();
+        if let Ok(device) = device {
+            status.peers = device
+                .peers
+                .iter()
+                .map(|p| {
+                    let key = p.config.public_key.to_base64();
+                    PeerStatus {
+                        node: shared.owners.get(&key).cloned(),
+                        key,
+                        endpoint: p.config.endpoint.map(|e| e.to_string()),
+                        allowed_ips: p.config.allowed_ips.len(),
+                        handshake_seconds_ago: p
+                            .stats
+                            .last_handshake_time
+                            .filter(|t| *t > UNIX_EPOCH)
+                            .map(|t| now.duration_since(t).unwrap_or_default().as_secs()),
+                    }
+                })
+                .collect();
+            status
+                .peers
+                .sort_by(|a, b| a.node.cmp(&b.node).then(a.key.cmp(&b.key)));
+        }
+        status
     }
 }
 
-fn apply(device: &UserspaceDevice, changes: &[PeerChange], status: &Mutex<PeerSyncStatus>) {
-    if changes.is_empty() {
-        return;
-    }
-    let result = device.apply_changes(changes);
-    let mut s = status.lock().expect("wireguard status lock");
-    s.updates += 1;
-    if let Err(e) = result {
-        s.failed_updates += 1;
-        tracing::warn!(error = %e, "WireGuard update refused");
-    }
+/// The thread that owns the table.
+struct Worker {
+    table: PeerTable,
+    device: UserspaceDevice,
+    shared: Arc<Mutex<Shared>>,
 }
 
-fn garbage_report(changes: &[PeerChange]) -> GarbageReport {
-    let mut report = GarbageReport::default();
-    for c in changes {
-        match c {
-            PeerChange::Upsert { key, .. } => report.kept.push(key.to_base64()),
-            PeerChange::Remove { key } => report.removed.push(key.to_base64()),
+impl Worker {
+    fn run(mut self, rx: &mpsc::Receiver<Event>) {
+        while let Ok(first) = rx.recv() {
+            let mut replies = Vec::new();
+            let mut collected = Vec::new();
+            let mut event = Some(first);
+            let mut taken = 0;
+            while let Some(e) = event.take() {
+                match e {
+                    Event::Node(id, ips, key) => self.table.upsert_node(&id, &ips, &key),
+                    Event::NodeGone(id) => self.table.delete_node(&id),
+                    Event::Tunnel(prefix, endpoint) => self.table.tunnel_changed(prefix, endpoint),
+                    Event::CollectGarbage(reply) => {
+                        collected.push((self.table.collect_garbage(), reply));
+                    }
+                    Event::Flush(reply) => replies.push(reply),
+                }
+                taken += 1;
+                if taken < BATCH {
+                    event = rx.try_recv().ok();
+                }
+            }
+            self.apply();
+            for (c, reply) in collected {
+                let report = GarbageReport {
+                    kept: c.kept.iter().map(|k| k.to_base64()).collect(),
+                    removed: c.removed.iter().map(|k| k.to_base64()).collect(),
+                    trimmed: c.trimmed.iter().map(ToString::to_string).collect(),
+                };
+                tracing::info!(kept = ?report.kept, removed = ?report.removed, trimmed = ?report.trimmed, "WireGuard: restored peers collected");
+                let mut shared = self.shared.lock().expect("wireguard status lock");
+                shared.status.restoring = false;
+                shared.status.collected = Some(report.clone());
+                drop(shared);
+                let _ = reply.send(report);
+            }
+            for reply in replies {
+                let _ = reply.send(());
+            }
         }
     }
-    report
+
+    /// Sends what the table says changed, in one update. A refused update leaves the
+    /// device in an unknown state: the table is resynced from it and tried once more.
+    fn apply(&mut self) {
+        for attempt in 0..2 {
+            let changes = self.table.changes();
+            if changes.is_empty() {
+                break;
+            }
+            let result = self.device.apply_changes(&changes);
+            let mut shared = self.shared.lock().expect("wireguard status lock");
+            shared.status.updates += 1;
+            let Err(e) = result else { break };
+            shared.status.failed_updates += 1;
+            drop(shared);
+            tracing::warn!(error = %e, attempt, "WireGuard update refused; resyncing with the device");
+            match self.device.peers() {
+                Ok(actual) => self.table.resync(actual),
+                Err(e) => {
+                    tracing::warn!(error = %e, "WireGuard device unreadable; changes wait for the next event");
+                    break;
+                }
+            }
+        }
+        let mut shared = self.shared.lock().expect("wireguard status lock");
+        shared.status.refused = self
+            .table
+            .refused()
+            .iter()
+            .map(|(id, r)| format!("{}/{}: {r}", id.cluster, id.name))
+            .collect();
+        shared.owners = self
+            .table
+            .owners()
+            .map(|(k, id)| (k.to_base64(), format!("{}/{}", id.cluster, id.name)))
+            .collect();
+    }
 }
 
 fn node_id(node: &Node) -> NodeId {
