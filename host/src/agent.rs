@@ -10,6 +10,7 @@ use crate::node::{run_registration, NodeId, Registration};
 use crate::plugins::{self, CompileCache, PluginDir, PluginHost, PluginSet, TrustedKeys};
 use crate::regeneration::{self, wait_for_regeneration, Endpoint, RegenerationConfig};
 use crate::state::{run_local_kvstore, State};
+use crate::wireguard::{self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync};
 use std::future::Future;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -38,6 +39,8 @@ pub struct Config {
     pub plugins: PluginsConfig,
     /// The BPF datapath; `None` runs without one.
     pub datapath: Option<NodeDatapathConfig>,
+    /// WireGuard; `None` runs without encryption.
+    pub wireguard: Option<NodeWireGuardConfig>,
 }
 
 /// Where plugins come from and how they are limited.
@@ -77,6 +80,9 @@ pub enum Error {
     /// The BPF datapath could not be loaded.
     #[error(transparent)]
     Datapath(#[from] datapath::Error),
+    /// The WireGuard key or device could not be set up.
+    #[error(transparent)]
+    WireGuard(#[from] wireguard::Error),
 }
 
 /// Runs the agent until `shutdown` completes, then stops the mesh without draining.
@@ -89,11 +95,29 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         source,
     })?;
     let own_cluster = config.mesh.cluster_name.clone();
-    let state = Arc::new(State::new(NodeId {
+    let local = NodeId {
         cluster: own_cluster.clone(),
         name: config.node_name.clone(),
-    }));
-    state.nodes.upsert(Source::Local, own_node(&config));
+    };
+    let state = Arc::new(State::new(local.clone()));
+    // WireGuard first: the node record carries its key, and the datapath redirects
+    // to its device.
+    let wireguard = match config.wireguard.clone() {
+        Some(wc) => {
+            let dir = config.state_dir.clone();
+            let started =
+                tokio::task::spawn_blocking(move || NodeWireGuard::start(&wc, &dir, local))
+                    .await
+                    .expect("WireGuard start-up task");
+            let wg = started?;
+            state.nodes.subscribe(wg.peers.clone());
+            state.ipcache.add_listener(wg.peers.clone());
+            Some(wg)
+        }
+        None => None,
+    };
+    let wg_key = wireguard.as_ref().map(|wg| &wg.key);
+    state.nodes.upsert(Source::Local, own_node(&config, wg_key));
     let mut tasks = tokio::task::JoinSet::new();
     // The plugins read the mesh, and the mesh calls the plugins: the view is tied
     // once both exist.
@@ -122,12 +146,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         status: {
             let (mesh, state, plugins) = (mesh.clone(), state.clone(), plugin_host.clone());
             let dp = node_datapath.clone();
+            let wg = wireguard.as_ref().map(|wg| wg.peers.clone());
             Box::new(move || StatusReport {
                 cluster: own_cluster.clone(),
                 clusters: mesh.status(),
                 totals: Some(state.totals()),
                 plugins: Some(plugins.report()),
                 datapath: dp.as_ref().map(NodeDatapath::status),
+                wireguard: wg.as_ref().map(|wg| wg.status()),
             })
         },
         ipcache: {
@@ -144,6 +170,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     tasks.spawn(api::serve(&config.state_dir, api_state)?);
 
+    // Without a kvstore, this node is the only local node there is.
+    let (local_nodes_synced, local_nodes) = watch::channel(config.kvstore_endpoints.is_empty());
+    if let Some(wg) = &wireguard {
+        let gate = GarbageGate {
+            mesh: mesh.clone(),
+            config_dir: config.clustermesh_config.is_some(),
+            local_nodes,
+            wait: config
+                .wireguard
+                .as_ref()
+                .is_some_and(|w| w.wait_for_remote_nodes),
+            timeout: config.ip_identities_sync_timeout,
+        };
+        tasks.spawn(gate.collect(wg.peers.clone()));
+    }
     if !config.kvstore_endpoints.is_empty() {
         let endpoints = Endpoints {
             urls: config.kvstore_endpoints.clone(),
@@ -155,11 +196,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             state.clone(),
             config.mesh.cluster_name.clone(),
             config.node_name.clone(),
+            local_nodes_synced,
         ));
         tasks.spawn(run_registration(
             client,
             Registration {
-                node: own_node(&config),
+                node: own_node(&config, wg_key),
                 lease_ttl: Duration::from_secs(15),
             },
         ));
@@ -260,8 +302,58 @@ async fn switch_native(dp: NodeDatapath) {
     }
 }
 
-/// This node's record, as published and as stated to the node manager.
-fn own_node(config: &Config) -> Node {
+/// When restored WireGuard peers may go: once this cluster's nodes are listed and
+/// every remote cluster's nodes and ipcache entries are in (a disconnected or removed
+/// cluster counts as done). Until then a restored peer may be the only way to a remote
+/// node whose record has not arrived: removing it is the outage of the seed note.
+struct GarbageGate {
+    mesh: ClusterMesh,
+    config_dir: bool,
+    local_nodes: watch::Receiver<bool>,
+    wait: bool,
+    timeout: Duration,
+}
+
+impl GarbageGate {
+    async fn collect(mut self, peers: Arc<PeerSync>) {
+        if self.wait {
+            let _ = self.local_nodes.wait_for(|synced| *synced).await;
+            if self.config_dir {
+                // The clusters to wait for are the configured ones.
+                self.mesh.config_dir_synced().await;
+            }
+            loop {
+                let deadline = tokio::time::Instant::now() + self.timeout;
+                let synced = match self.mesh.nodes_synced(deadline).await {
+                    Ok(_) => self.mesh.ip_identities_synced(deadline).await,
+                    Err(e) => Err(e),
+                };
+                match synced {
+                    Ok(r) => {
+                        tracing::info!(synced = ?r.synced, disconnected = ?r.disconnected, "remote nodes synced: restored WireGuard peers may go");
+                        break;
+                    }
+                    // Kept as long as it takes: a cut connection costs more than a
+                    // stale peer.
+                    Err(e) => tracing::warn!(error = %e, "restored WireGuard peers kept"),
+                }
+            }
+        } else {
+            tracing::warn!("restored WireGuard peers collected without waiting for the remote nodes (the wait is disabled)");
+        }
+        match tokio::task::spawn_blocking(move || peers.collect_garbage()).await {
+            Ok(r) => {
+                tracing::info!(kept = r.kept.len(), removed = ?r.removed, trimmed = ?r.trimmed, "restored WireGuard peers collected")
+            }
+            Err(e) => tracing::error!(error = %e, "WireGuard garbage collection task failed"),
+        }
+    }
+}
+
+/// This node's record, as published and as stated to the node manager: with
+/// WireGuard, its public key and the WireGuard key index (0xFF), so that other nodes
+/// make it a peer and encrypt what they send to it.
+fn own_node(config: &Config, wireguard: Option<&NodeKey>) -> Node {
     Node {
         name: config.node_name.clone(),
         cluster: config.mesh.cluster_name.clone(),
@@ -276,6 +368,8 @@ fn own_node(config: &Config) -> Node {
             .collect(),
         source: "kvstore".into(),
         labels: Some(Default::default()),
+        wireguard_pub_key: wireguard.map_or_else(String::new, |k| k.public().to_base64()),
+        encryption_key: if wireguard.is_some() { 0xFF } else { 0 },
         ..Node::default()
     }
 }

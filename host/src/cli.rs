@@ -110,6 +110,28 @@ pub struct RunArgs {
     /// The BPF datapath.
     #[command(flatten)]
     pub datapath: DatapathArgs,
+    /// WireGuard.
+    #[command(flatten)]
+    pub wireguard: WireGuardArgs,
+}
+
+/// WireGuard (off unless --wireguard is given).
+#[derive(Debug, Args)]
+pub struct WireGuardArgs {
+    /// Encrypt traffic to other nodes with WireGuard: one device, a peer per node.
+    #[arg(long, env = "WEFT_WIREGUARD")]
+    pub wireguard: bool,
+    /// The WireGuard device; unique on the machine (userspace devices share one
+    /// socket directory).
+    #[arg(long, env = "WEFT_WIREGUARD_DEVICE", default_value = crate::wireguard::DEFAULT_DEVICE)]
+    pub wireguard_device: String,
+    /// The `weft-wg` helper that runs a userspace device (default: next to weftd).
+    #[arg(long, env = "WEFT_WIREGUARD_HELPER")]
+    pub wireguard_helper: Option<PathBuf>,
+    /// Remove restored peers without waiting for the remote nodes: the outage the wait
+    /// exists to prevent. For demonstrating it only.
+    #[arg(long, hide = true)]
+    pub wireguard_unsafe_early_gc: bool,
 }
 
 /// The BPF datapath (off unless --native-device is given).
@@ -127,7 +149,8 @@ pub struct DatapathArgs {
     /// The bpffs directory for maps, programs and links.
     #[arg(long, env = "WEFT_BPF_ROOT", default_value = "/sys/fs/bpf/weft")]
     pub bpf_root: PathBuf,
-    /// The network namespace of those devices (default: the agent's own).
+    /// The network namespace of those devices, WireGuard's too (default: the
+    /// agent's own).
     #[arg(long, env = "WEFT_DATAPATH_NETNS")]
     pub datapath_netns: Option<PathBuf>,
 }
@@ -225,6 +248,19 @@ impl RunArgs {
                 .map(|h| h.trim().to_owned())
                 .unwrap_or_else(|_| "localhost".into())
         });
+        let wg = self.wireguard;
+        let wireguard = wg.wireguard.then(|| {
+            let mut c = crate::wireguard::NodeWireGuardConfig::new(
+                wg.wireguard_device,
+                self.datapath.datapath_netns.clone(),
+            );
+            if let Some(helper) = wg.wireguard_helper {
+                c.helper = helper;
+            }
+            c.mtu_device = self.datapath.native_device.clone();
+            c.wait_for_remote_nodes = !wg.wireguard_unsafe_early_gc;
+            c
+        });
         agent::Config {
             mesh: clustermesh::Config {
                 cluster_name: self.cluster_name,
@@ -239,12 +275,17 @@ impl RunArgs {
             ip_identities_sync_timeout: self.clustermesh_ip_identities_sync_timeout,
             node_name,
             node_ips: self.node_ip,
+            wireguard: wireguard.clone(),
             datapath: self.datapath.native_device.map(|native_device| {
                 crate::datapath::NodeDatapathConfig {
                     root: self.datapath.bpf_root,
                     native_device,
                     netns: self.datapath.datapath_netns,
-                    encrypt_device: self.datapath.encrypt_device,
+                    // With WireGuard on, the datapath redirects to its device.
+                    encrypt_device: self
+                        .datapath
+                        .encrypt_device
+                        .or_else(|| wireguard.map(|w| w.device)),
                     node_encryption: self.datapath.node_encryption,
                 }
             }),
@@ -280,6 +321,9 @@ pub fn render_status(report: &api::StatusReport) -> String {
     }
     if let Some(p) = &report.plugins {
         out.push_str(&render_plugins(p));
+    }
+    if let Some(w) = &report.wireguard {
+        out.push_str(&render_wireguard(w));
     }
     if let Some(d) = &report.datapath {
         out.push_str(&format!(
@@ -330,6 +374,55 @@ pub fn render_status(report: &api::StatusReport) -> String {
             c.malformed,
             c.last_error.as_deref().unwrap_or("-"),
         ));
+    }
+    out
+}
+
+/// The WireGuard part of `weftd status`.
+fn render_wireguard(w: &crate::wireguard::PeerSyncStatus) -> String {
+    let restore = if w.restoring {
+        format!(
+            "{} restored peers kept until the remote nodes are synced",
+            w.restored
+        )
+    } else if let Some(c) = &w.collected {
+        format!(
+            "{} restored: {} kept, {} removed, {} AllowedIPs trimmed",
+            w.restored,
+            c.kept.len(),
+            c.removed.len(),
+            c.trimmed.len()
+        )
+    } else {
+        "nothing restored".to_owned()
+    };
+    let mut out = format!(
+        "wireguard: device {} ({}), {} peers; {restore}; {} updates, {} refused\n",
+        w.device,
+        w.backend,
+        w.peers.len(),
+        w.updates,
+        w.failed_updates
+    );
+    if !w.peers.is_empty() {
+        out.push_str(&format!(
+            "  {:<24} {:<24} {:>11} {:<14}  {}\n",
+            "NODE", "ENDPOINT", "ALLOWED-IPS", "HANDSHAKE", "KEY"
+        ));
+    }
+    for p in &w.peers {
+        out.push_str(&format!(
+            "  {:<24} {:<24} {:>11} {:<14}  {}\n",
+            p.node.as_deref().unwrap_or("(restored)"),
+            p.endpoint.as_deref().unwrap_or("-"),
+            p.allowed_ips,
+            p.handshake_seconds_ago
+                .map_or("never".to_owned(), |s| format!("{s}s ago")),
+            p.key
+        ));
+    }
+    for r in &w.refused {
+        out.push_str(&format!("  refused {r}\n"));
     }
     out
 }

@@ -155,12 +155,23 @@ async fn this_clusters_kvstore_feeds_the_state_with_source_kvstore() {
     let client = weft::kvstore::Client::connect(&endpoints, &weft::kvstore::Config::default())
         .await
         .unwrap();
+    let (nodes_synced, mut synced) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(weft::state::run_local_kvstore(
         client,
         state.clone(),
         "local".into(),
         "me".into(),
+        nodes_synced,
     ));
+    tokio::time::timeout(Duration::from_secs(30), synced.wait_for(|s| *s))
+        .await
+        .expect("local nodes synced within 30 s")
+        .unwrap();
+    assert_eq!(
+        state.totals().nodes,
+        1,
+        "the listed node (peer; our own is skipped) is in when the nodes are synced"
+    );
 
     eventually("local state read", Duration::from_secs(30), || {
         let t = state.totals();

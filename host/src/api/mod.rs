@@ -34,6 +34,9 @@ pub struct StatusReport {
     /// The BPF datapath, when the agent runs one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datapath: Option<DatapathStatus>,
+    /// WireGuard, when the agent runs it: the device and its peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wireguard: Option<crate::wireguard::PeerSyncStatus>,
 }
 
 /// One resolved ipcache entry, as `weftd ipcache list` shows it.

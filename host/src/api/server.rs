@@ -52,9 +52,26 @@ pub fn serve(
                 }
                 let head = String::from_utf8_lossy(&buf);
                 let path = head.split_whitespace().nth(1).unwrap_or("");
+                // The handlers may block (the WireGuard status asks its device).
+                let blocking = |f: fn(&Handlers) -> String| {
+                    let h = handlers.clone();
+                    async move {
+                        tokio::task::spawn_blocking(move || f(&h))
+                            .await
+                            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+                    }
+                };
                 let (code, kind, body) = match path {
-                    "/status" => ("200 OK", "application/json", json(&(handlers.status)())),
-                    "/ipcache" => ("200 OK", "application/json", json(&(handlers.ipcache)())),
+                    "/status" => (
+                        "200 OK",
+                        "application/json",
+                        blocking(|h| json(&(h.status)())).await,
+                    ),
+                    "/ipcache" => (
+                        "200 OK",
+                        "application/json",
+                        blocking(|h| json(&(h.ipcache)())).await,
+                    ),
                     "/healthz" => ("200 OK", "text/plain", "ok\n".to_owned()),
                     _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
                 };

@@ -8,6 +8,7 @@ use crate::model::{decode_json, DecodeError, Identity, IpIdentityPair, Node};
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::sync::Arc;
+use tokio::sync::watch;
 use tokio_stream::StreamMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,12 +27,14 @@ enum Held {
 }
 
 /// Feeds `state` from this cluster's etcd until dropped. This node's own record is
-/// skipped: the agent states it with source `local`.
+/// skipped: the agent states it with source `local`. `nodes_synced` turns true once
+/// the first list of this cluster's nodes is in.
 pub async fn run_local_kvstore(
     client: Client,
     state: Arc<State>,
     cluster: String,
     own_node: String,
+    nodes_synced: watch::Sender<bool>,
 ) {
     let prefixes = [
         (Kind::Nodes, format!("cilium/state/nodes/v1/{cluster}/")),
@@ -80,6 +83,9 @@ pub async fn run_local_kvstore(
                 if let Some(old) = held.remove(&key) {
                     withdraw(&state, &key, old);
                 }
+            }
+            Ok(Event::InitDone { .. }) if kind == Kind::Nodes => {
+                nodes_synced.send_if_modified(|synced| !std::mem::replace(synced, true));
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "local kvstore"),

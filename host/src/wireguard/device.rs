@@ -88,6 +88,22 @@ impl UserspaceDevice {
         Ok(device)
     }
 
+    /// The device `name`, running or not; nothing is started. For status and for
+    /// stopping a device an agent started.
+    ///
+    /// # Errors
+    /// [`Error::Device`] when `name` is not a valid interface name.
+    pub fn named(name: &str) -> Result<Self, Error> {
+        let iface = name.parse().map_err(|e| Error::Device {
+            device: name.into(),
+            reason: format!("{e}"),
+        })?;
+        Ok(Self {
+            name: name.into(),
+            iface,
+        })
+    }
+
     /// The device's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -102,17 +118,25 @@ impl UserspaceDevice {
     }
 
     /// Sets the private key and the listen port, then the firewall mark (in a second
-    /// update: set with the port, the listen sockets stay unmarked).
+    /// update: set with the port, the listen sockets stay unmarked). What the device
+    /// already has is not sent again: a new port reopens the sockets of a device that
+    /// a restarted agent found carrying traffic.
     ///
     /// # Errors
     /// [`Error::Device`] when the device refuses an update.
     pub fn configure(&self, key: &NodeKey) -> Result<(), Error> {
-        self.apply(
-            DeviceUpdate::new()
-                .set_private_key(key.private().clone())
-                .set_listen_port(LISTEN_PORT),
-        )?;
-        self.apply(DeviceUpdate::new().set_fwmark(FWMARK))
+        let now = self.get()?;
+        if now.private_key.as_ref() != Some(key.private()) || now.listen_port != Some(LISTEN_PORT) {
+            self.apply(
+                DeviceUpdate::new()
+                    .set_private_key(key.private().clone())
+                    .set_listen_port(LISTEN_PORT),
+            )?;
+        }
+        if now.fwmark != Some(FWMARK) {
+            self.apply(DeviceUpdate::new().set_fwmark(FWMARK))?;
+        }
+        Ok(())
     }
 
     /// Applies an update through the UAPI socket.

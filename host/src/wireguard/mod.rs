@@ -7,11 +7,13 @@
 mod device;
 mod key;
 pub mod mtu;
+mod node;
 mod peers;
 mod stage;
 
 pub use device::UserspaceDevice;
 pub use key::NodeKey;
+pub use node::{NodeWireGuard, NodeWireGuardConfig, DEFAULT_DEVICE};
 pub use peers::{Collected, PeerChange, PeerTable, Refusal};
 pub use stage::{GarbageReport, PeerStatus, PeerSync, PeerSyncStatus};
 

@@ -15,6 +15,7 @@ pub struct Agent {
     cluster: String,
     id: u32,
     etcd_url: String,
+    node_ip: String,
 }
 
 impl Agent {
@@ -24,9 +25,21 @@ impl Agent {
 
     /// [`Agent::start`] with `extra` flags.
     pub fn start_with(cluster: &str, id: u32, etcd: &Etcd, extra: &[&OsStr]) -> Agent {
+        // Node addresses are data here: nothing is sent to them.
+        Self::start_node(cluster, id, etcd, &format!("192.0.2.{id}"), extra)
+    }
+
+    /// [`Agent::start_with`] for a node with the address `node_ip`.
+    pub fn start_node(
+        cluster: &str,
+        id: u32,
+        etcd: &Etcd,
+        node_ip: &str,
+        extra: &[&OsStr],
+    ) -> Agent {
         let state = tempfile::tempdir().unwrap();
         let mesh_dir = tempfile::tempdir().unwrap();
-        let child = spawn(cluster, id, &etcd.url(), &state, &mesh_dir, extra);
+        let child = spawn(cluster, id, &etcd.url(), node_ip, &state, &mesh_dir, extra);
         Agent {
             child,
             state,
@@ -34,6 +47,7 @@ impl Agent {
             cluster: cluster.into(),
             id,
             etcd_url: etcd.url(),
+            node_ip: node_ip.into(),
         }
     }
 
@@ -47,6 +61,7 @@ impl Agent {
             &self.cluster,
             self.id,
             &self.etcd_url,
+            &self.node_ip,
             &self.state,
             &self.mesh_dir,
             extra,
@@ -78,12 +93,11 @@ fn spawn(
     cluster: &str,
     id: u32,
     etcd_url: &str,
+    node_ip: &str,
     state: &tempfile::TempDir,
     mesh_dir: &tempfile::TempDir,
     extra: &[&OsStr],
 ) -> Child {
-    // Node addresses are data here: nothing is sent to them.
-    let node_ip = format!("192.0.2.{id}");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -106,7 +120,7 @@ fn spawn(
             "--node-name",
             &format!("{cluster}-node"),
             "--node-ip",
-            &node_ip,
+            node_ip,
         ])
         .args(["--log-format", "json"])
         .args(extra)
