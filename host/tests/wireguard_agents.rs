@@ -457,3 +457,117 @@ async fn control_without_the_wait_the_restored_peer_is_removed_and_the_stream_cu
     );
     let _ = stream.close();
 }
+
+/// A node of cluster2 publishing `key`.
+fn node_json(name: &str, ip: &str, key: &str) -> String {
+    format!(
+        r#"{{"Name":"{name}","Cluster":"cluster2","ClusterID":2,"IPAddresses":[{{"Type":"InternalIP","IP":"{ip}"}}],"WireguardPubKey":"{key}"}}"#
+    )
+}
+
+#[tokio::test]
+async fn peers_follow_key_changes_node_deletion_and_cluster_removal_and_bad_keys_are_refused() {
+    if !support::bpf_available("wireguard keys") || !Path::new("/dev/net/tun").exists() {
+        return;
+    }
+    // cluster2's nodes are records only: their addresses are in no namespace, and
+    // nothing is sent to them (no traffic, no keepalive).
+    let ns = Netns::new("weft-wgk");
+    let dev = format!("wwgk{}", std::process::id() % 100_000);
+    let _stop = StopDevice(dev.clone());
+    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
+    cluster_config("cluster1", 1, &e1, false);
+    cluster_config("cluster2", 2, &e2, false);
+    let agent = Agent::start_node("cluster1", 1, &e1, NODE_A, &refs(&flags(&dev, &ns, false)));
+    let key = |n: u8| wireguard_control::Key([n; 32]).to_base64();
+    let put = |name: &'static str, ip: &'static str, k: String| {
+        let e2 = &e2;
+        async move {
+            e2.put(
+                &format!("cilium/state/nodes/v1/cluster2/{name}"),
+                &node_json(name, ip, &k),
+            )
+            .await;
+        }
+    };
+    put("n1", "10.100.1.1", key(1)).await;
+    put("zero", "10.100.1.2", key(0)).await;
+    put("bad", "10.100.1.4", "not-a-key".into()).await;
+    support::write_config_file(agent.mesh_dir.path(), "cluster2", &e2.url());
+
+    // Peers by node, and the refusals.
+    let seen = || {
+        let s = agent.status_json()?;
+        let peers: Vec<(String, String)> = peers(&s)
+            .iter()
+            .map(|p| {
+                (
+                    p["node"].as_str().unwrap_or("-").to_owned(),
+                    p["key"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let refused: Vec<String> = s["wireguard"]["refused"]
+            .as_array()?
+            .iter()
+            .map(|r| r.as_str().unwrap().to_owned())
+            .collect();
+        Some((peers, refused))
+    };
+    let until = |what: &'static str, want_peers: Vec<(&str, String)>, want_refused: &[&str]| {
+        let want_peers: Vec<(String, String)> = want_peers
+            .into_iter()
+            .map(|(n, k)| (n.to_owned(), k))
+            .collect();
+        let want_refused: Vec<String> = want_refused.iter().map(|r| (*r).to_owned()).collect();
+        eventually(what, Duration::from_secs(30), move || {
+            seen().filter(|(p, r)| *p == want_peers && *r == want_refused)
+        })
+    };
+    until(
+        "a peer for n1; the zero and malformed keys refused",
+        vec![("cluster2/n1", key(1))],
+        &[
+            "cluster2/bad: malformed WireGuard key",
+            "cluster2/zero: zero WireGuard key",
+        ],
+    )
+    .await;
+    // The first node with a key keeps it.
+    put("dup", "10.100.1.3", key(1)).await;
+    until(
+        "a key n1 has is refused to dup",
+        vec![("cluster2/n1", key(1))],
+        &[
+            "cluster2/bad: malformed WireGuard key",
+            "cluster2/dup: WireGuard key already used by node cluster2/n1",
+            "cluster2/zero: zero WireGuard key",
+        ],
+    )
+    .await;
+
+    put("n1", "10.100.1.1", key(2)).await;
+    until(
+        "n1's new key replaces its peer; dup gets the key n1 gave up",
+        vec![("cluster2/dup", key(1)), ("cluster2/n1", key(2))],
+        &[
+            "cluster2/bad: malformed WireGuard key",
+            "cluster2/zero: zero WireGuard key",
+        ],
+    )
+    .await;
+
+    e2.delete("cilium/state/nodes/v1/cluster2/n1").await;
+    until(
+        "a deleted node's peer goes",
+        vec![("cluster2/dup", key(1))],
+        &[
+            "cluster2/bad: malformed WireGuard key",
+            "cluster2/zero: zero WireGuard key",
+        ],
+    )
+    .await;
+
+    std::fs::remove_file(agent.mesh_dir.path().join("cluster2")).unwrap();
+    until("a removed cluster's peers go", vec![], &[]).await;
+}

@@ -97,6 +97,9 @@ pub struct PeerTable {
     /// What the device had at start, kept until garbage collection.
     restored: HashMap<Key, BTreeSet<Prefix>>,
     refused: BTreeMap<NodeId, Refusal>,
+    /// Nodes refused for a key another node has, with their IPs: one gets the peer
+    /// when that key is free again.
+    waiting: BTreeMap<NodeId, (Vec<IpAddr>, Key)>,
     /// What the device holds, as far as the changes given out say.
     device: HashMap<Key, DevicePeer>,
     dirty: HashSet<Key>,
@@ -168,6 +171,7 @@ impl PeerTable {
             }
         }
         self.refused.remove(id);
+        self.waiting.remove(id);
         let key = match parsed {
             Ok(k) => k,
             Err(Refusal::Malformed) if key.is_empty() => return, // no WireGuard
@@ -175,6 +179,7 @@ impl PeerTable {
         };
         if let Some(other) = self.by_key.get(&key).filter(|o| *o != id) {
             let other = format!("{}/{}", other.cluster, other.name);
+            self.waiting.insert(id.clone(), (ips.to_vec(), key));
             return self.refuse(id, Refusal::Duplicate { other });
         }
         if let Some(before) = self.nodes.get(id) {
@@ -199,6 +204,7 @@ impl PeerTable {
     /// The remote node `id` went away.
     pub fn delete_node(&mut self, id: &NodeId) {
         self.refused.remove(id);
+        self.waiting.remove(id);
         self.remove_node(id);
     }
 
@@ -211,6 +217,15 @@ impl PeerTable {
             if self.by_ip.get(ip) == Some(id) {
                 self.by_ip.remove(ip);
             }
+        }
+        // A node refused for this key may have it now.
+        let heir = self
+            .waiting
+            .iter()
+            .find(|(_, (_, k))| *k == old.key)
+            .map(|(id, (ips, _))| (id.clone(), ips.clone()));
+        if let Some((heir, ips)) = heir {
+            self.upsert_node(&heir, &ips, &old.key.to_base64());
         }
         self.dirty.insert(old.key);
     }
@@ -516,22 +531,14 @@ mod tests {
         assert_eq!(
             t.changes(),
             [
-                PeerChange::Remove { key: k.clone() },
+                // Key 1 goes to n2, which waited for it: same key, other node.
+                upsert(&k, Some("192.0.2.6:51871"), &["192.0.2.6/32"], true),
                 upsert(&k2, Some("192.0.2.2:51871"), &["192.0.2.2/32"], false)
             ]
         );
-        // The old key is free again.
-        t.upsert_node(&id("n2"), &ips(&["192.0.2.6"]), &k.to_base64());
-        assert_eq!(
-            t.changes(),
-            [upsert(
-                &k,
-                Some("192.0.2.6:51871"),
-                &["192.0.2.6/32"],
-                false
-            )]
-        );
+        // The old key is free again: the node refused for it has it now.
         assert!(!t.refused().contains_key(&id("n2")));
+        assert_eq!(t.node_of(&k), Some(&id("n2")));
         // A node whose key becomes zero loses its peer.
         t.upsert_node(&id("n2"), &ips(&["192.0.2.6"]), &zero);
         assert_eq!(t.changes(), [PeerChange::Remove { key: k }]);
