@@ -31,11 +31,13 @@ demo: deps plugins
 	$(CARGO) build -p weft --bin weftd
 	scripts/demo.sh
 
-## bench: the benchmarks of BENCHMARKS.md (mesh sync, ipcache, plugins).
+## bench: the benchmarks of BENCHMARKS.md (mesh sync, ipcache, plugins, datapath, WireGuard).
 bench: deps plugins
 	$(CARGO) bench -p weft --bench mesh_sync
 	$(CARGO) bench -p weft --bench ipcache
 	$(CARGO) bench -p weft --bench plugins
+	$(CARGO) bench -p weft --bench datapath
+	$(CARGO) bench -p weft --bench wireguard
 
 clean:
 	$(CARGO) clean
