@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use weft::ipcache::{Fact, IpCache, Owner, Prefix, Source};
 use weft::model::{Node, NodeAddress};
 use weft::node::{NodeId, NodeListener as _};
-use weft::wireguard::{NodeKey, PeerSync, UserspaceDevice};
+use weft::wireguard::{NodeKey, PeerSync, WireGuardDevice};
 use wireguard_control::{DeviceUpdate, Key, PeerConfigBuilder};
 
 const NODES: u32 = 1_000;
@@ -81,13 +81,13 @@ fn full_set() -> DeviceUpdate {
     update
 }
 
-fn clear(device: &UserspaceDevice) {
+fn clear(device: &WireGuardDevice) {
     device
         .apply(DeviceUpdate::new().replace_peers())
         .expect("peers cleared");
 }
 
-fn allowed_ips(device: &UserspaceDevice) -> usize {
+fn allowed_ips(device: &WireGuardDevice) -> usize {
     let peers = device.peers().unwrap();
     peers.iter().map(|(_, ips)| ips.len()).sum()
 }
@@ -120,7 +120,7 @@ fn main() {
     assert!(ok.is_ok_and(|s| s.success()), "ip netns add (root needed)");
     let name = format!("wbench{pid}");
     let path = std::path::PathBuf::from(format!("/run/netns/{}", ns.0));
-    let device = UserspaceDevice::ensure(&name, Some(&path), Path::new(HELPER)).unwrap();
+    let device = WireGuardDevice::ensure(&name, Some(&path), Path::new(HELPER)).unwrap();
     let result = std::panic::catch_unwind(|| run(&device));
     device.stop();
     drop(ns);
@@ -129,7 +129,7 @@ fn main() {
     }
 }
 
-fn run(device: &UserspaceDevice) {
+fn run(device: &WireGuardDevice) {
     let state = tempfile::tempdir().unwrap();
     let key = NodeKey::load_or_create(&state.path().join("wg.key")).unwrap();
     device.configure(&key).unwrap();

@@ -7,13 +7,13 @@ mod support;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use weft::wireguard::{NodeKey, UserspaceDevice, LISTEN_PORT};
+use weft::wireguard::{NodeKey, WireGuardDevice, LISTEN_PORT};
 use wireguard_control::{DeviceUpdate, PeerConfigBuilder};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_weft-wg");
 
 /// Stops a helper even when the test fails.
-struct Stop(UserspaceDevice);
+struct Stop(WireGuardDevice);
 
 impl Drop for Stop {
     fn drop(&mut self) {
@@ -46,8 +46,15 @@ fn two_nodes_talk_through_the_tunnel_and_a_restart_finds_the_device_intact() {
 
     let pid = std::process::id() % 100_000;
     let (name_a, name_b) = (format!("wta{pid}"), format!("wtb{pid}"));
-    let dev_a = Stop(UserspaceDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap());
-    let dev_b = Stop(UserspaceDevice::ensure(&name_b, Some(&b.path()), Path::new(HELPER)).unwrap());
+    let dev_a = Stop(WireGuardDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap());
+    let dev_b = Stop(WireGuardDevice::ensure(&name_b, Some(&b.path()), Path::new(HELPER)).unwrap());
+    if !Path::new("/sys/module/wireguard").exists() {
+        assert_eq!(
+            dev_a.0.backend(),
+            "userspace",
+            "no kernel WireGuard here: the userspace fallback"
+        );
+    }
     dev_a.0.configure(&key_a).unwrap();
     dev_b.0.configure(&key_b).unwrap();
     let peer = |key: &NodeKey, endpoint: &str, allowed: &str| {
@@ -88,7 +95,7 @@ fn two_nodes_talk_through_the_tunnel_and_a_restart_finds_the_device_intact() {
     assert_eq!(listen.fwmark, Some(0x1E00));
 
     // A restarted agent finds the device running, with its peer and tunnel.
-    let again = UserspaceDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap();
+    let again = WireGuardDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap();
     assert_eq!(again.get().unwrap().peers.len(), 1);
     assert_eq!(through_tunnel(b"after restart"), b"after restart");
 }
@@ -123,8 +130,8 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
     let key_b = NodeKey::load_or_create(&state.path().join("b.key")).unwrap();
     let pid = std::process::id() % 100_000;
     let (name_a, name_b) = (format!("wpa{pid}"), format!("wpb{pid}"));
-    let dev_a = Stop(UserspaceDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap());
-    let dev_b = Stop(UserspaceDevice::ensure(&name_b, Some(&b.path()), Path::new(HELPER)).unwrap());
+    let dev_a = Stop(WireGuardDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap());
+    let dev_b = Stop(WireGuardDevice::ensure(&name_b, Some(&b.path()), Path::new(HELPER)).unwrap());
     dev_a.0.configure(&key_a).unwrap();
     dev_b.0.configure(&key_b).unwrap();
     // Node B's side is configured by hand: this test is about node A's agent.
@@ -155,7 +162,7 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
         }
         false
     };
-    let prefixes = |dev: &UserspaceDevice, key: &NodeKey| -> BTreeSet<String> {
+    let prefixes = |dev: &WireGuardDevice, key: &NodeKey| -> BTreeSet<String> {
         let peers = dev.peers().unwrap();
         let (_, allowed) = peers.iter().find(|(k, _)| k == key.public()).unwrap();
         allowed.iter().map(ToString::to_string).collect()

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use support::agent::{cluster_config, Agent};
 use support::netns::{joined_pair, Netns};
 use support::{eventually, Etcd};
-use weft::wireguard::UserspaceDevice;
+use weft::wireguard::WireGuardDevice;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_weft-wg");
 const POD_A: &str = "10.200.0.1";
@@ -38,7 +38,7 @@ struct StopDevice(String);
 
 impl Drop for StopDevice {
     fn drop(&mut self) {
-        if let Ok(device) = UserspaceDevice::named(&self.0) {
+        if let Ok(device) = WireGuardDevice::named(&self.0) {
             device.stop();
         }
     }

@@ -1,7 +1,13 @@
-//! The userspace WireGuard device: a `weft-wg` process started detached when the
-//! device's UAPI socket does not answer, configured through that socket.
+//! The WireGuard device, with one of two backends behind one interface:
+//! - **kernel**, where the kernel has WireGuard: a `wireguard` link, configured over
+//!   generic netlink in the device's namespace;
+//! - **userspace** otherwise (these machines): a `weft-wg` process started detached
+//!   when the device's UAPI socket does not answer, configured through that socket.
+//!
+//! Either outlives the agent, so a restarted agent finds its tunnels carrying traffic.
 
 use super::{Error, NodeKey, PeerChange, FWMARK, LISTEN_PORT};
+use crate::datapath::in_netns;
 use crate::ipcache::Prefix;
 use std::collections::BTreeSet;
 use std::os::unix::net::UnixStream;
@@ -17,17 +23,23 @@ const RUN_DIR: &str = "/var/run/wireguard";
 /// How long a new helper gets to open its socket.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A WireGuard device served by a `weft-wg` helper.
+/// A WireGuard device, kernel or userspace.
 #[derive(Debug, Clone)]
-pub struct UserspaceDevice {
+pub struct WireGuardDevice {
     name: String,
     iface: InterfaceName,
+    backend: Backend,
+    /// The namespace of a kernel device (netlink talks to the caller's namespace).
+    netns: Option<PathBuf>,
 }
 
-impl UserspaceDevice {
-    /// The device `name`: the running one when its socket answers (a restarted agent
-    /// finds its tunnels intact), else a new `weft-wg` started detached from this
-    /// process (in `netns` when given) from the binary `helper`.
+impl WireGuardDevice {
+    /// The device `name` in `netns` (the agent's own when `None`):
+    /// - a userspace device whose socket answers is kept (a restarted agent finds its
+    ///   tunnels intact);
+    /// - else a kernel device, found or created, where the kernel has WireGuard;
+    /// - else a new `weft-wg` started detached from this process, from the binary
+    ///   `helper`.
     ///
     /// # Errors
     /// [`Error::Device`] when the helper cannot start or its socket does not answer in
@@ -37,14 +49,33 @@ impl UserspaceDevice {
             device: name.into(),
             reason,
         };
-        let iface: InterfaceName = name.parse().map_err(|e| bad(format!("{e}")))?;
-        let device = Self {
-            name: name.into(),
-            iface,
-        };
+        let mut device = Self::named(name)?;
         if device.answers() {
-            tracing::info!(device = name, "WireGuard device found running: kept");
+            tracing::info!(
+                device = name,
+                backend = "userspace",
+                "WireGuard device found running: kept"
+            );
             return Ok(device);
+        }
+        let kernel = {
+            let iface = device.iface;
+            // Creating a link that exists is no error: it is then found.
+            in_netns(netns, move || {
+                DeviceUpdate::new().apply(&iface, Backend::Kernel)
+            })
+        };
+        match kernel {
+            Ok(Ok(())) => {
+                device.backend = Backend::Kernel;
+                device.netns = netns.map(Path::to_path_buf);
+                tracing::info!(device = name, backend = "kernel", "WireGuard device ready");
+                return Ok(device);
+            }
+            Ok(Err(e)) => {
+                tracing::info!(device = name, reason = %e, "no kernel WireGuard: userspace device")
+            }
+            Err(e) => return Err(bad(e.to_string())),
         }
         // A socket left by a helper that died: it would only refuse connections.
         let _ = std::fs::remove_file(device.socket_path());
@@ -84,12 +115,17 @@ impl UserspaceDevice {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        tracing::info!(device = name, pid = child.id(), "WireGuard device started");
+        tracing::info!(
+            device = name,
+            backend = "userspace",
+            pid = child.id(),
+            "WireGuard device started"
+        );
         Ok(device)
     }
 
-    /// The device `name`, running or not; nothing is started. For status and for
-    /// stopping a device an agent started.
+    /// The userspace device `name`, running or not; nothing is started. For stopping
+    /// a device an agent started.
     ///
     /// # Errors
     /// [`Error::Device`] when `name` is not a valid interface name.
@@ -101,7 +137,17 @@ impl UserspaceDevice {
         Ok(Self {
             name: name.into(),
             iface,
+            backend: Backend::Userspace,
+            netns: None,
         })
+    }
+
+    /// `kernel` or `userspace`.
+    pub fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Userspace => "userspace",
+            _ => "kernel",
+        }
     }
 
     /// The device's name.
@@ -144,12 +190,23 @@ impl UserspaceDevice {
     /// # Errors
     /// [`Error::Device`].
     pub fn apply(&self, update: DeviceUpdate) -> Result<(), Error> {
-        update
-            .apply(&self.iface, Backend::Userspace)
+        let (iface, backend) = (&self.iface, self.backend);
+        self.in_netns(move || update.apply(iface, backend))
             .map_err(|e| Error::Device {
                 device: self.name.clone(),
-                reason: format!("UAPI update: {e}"),
+                reason: format!("update: {e}"),
             })
+    }
+
+    /// Runs `f` where a kernel device's netlink must be spoken; in place otherwise.
+    fn in_netns<T: Send>(
+        &self,
+        f: impl FnOnce() -> std::io::Result<T> + Send,
+    ) -> std::io::Result<T> {
+        match (self.backend, &self.netns) {
+            (Backend::Userspace, _) | (_, None) => f(),
+            (_, Some(ns)) => in_netns(Some(ns), f).map_err(std::io::Error::other)?,
+        }
     }
 
     /// The device as the UAPI reports it.
@@ -157,10 +214,12 @@ impl UserspaceDevice {
     /// # Errors
     /// [`Error::Device`].
     pub fn get(&self) -> Result<wireguard_control::Device, Error> {
-        wireguard_control::Device::get(&self.iface, Backend::Userspace).map_err(|e| Error::Device {
-            device: self.name.clone(),
-            reason: format!("UAPI get: {e}"),
-        })
+        let (iface, backend) = (&self.iface, self.backend);
+        self.in_netns(move || wireguard_control::Device::get(iface, backend))
+            .map_err(|e| Error::Device {
+                device: self.name.clone(),
+                reason: format!("get: {e}"),
+            })
     }
 
     /// The device's peers with their AllowedIPs: what a restarted agent restores.
@@ -222,6 +281,15 @@ impl UserspaceDevice {
     /// Stops the helper (the device and its tunnels go with it). For tests and for
     /// uninstalling; a restarting agent never calls it.
     pub fn stop(&self) {
+        if self.backend != Backend::Userspace {
+            let iface = &self.iface;
+            let deleted =
+                self.in_netns(move || wireguard_control::backends::kernel::delete_interface(iface));
+            if let Err(e) = deleted {
+                tracing::warn!(device = %self.name, error = %e, "WireGuard device not deleted");
+            }
+            return;
+        }
         let pid_file = Path::new(RUN_DIR).join(format!("{}.pid", self.name));
         if let Some(pid) = std::fs::read_to_string(&pid_file)
             .ok()

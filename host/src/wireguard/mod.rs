@@ -11,7 +11,7 @@ mod node;
 mod peers;
 mod stage;
 
-pub use device::UserspaceDevice;
+pub use device::WireGuardDevice;
 pub use key::NodeKey;
 pub use node::{NodeWireGuard, NodeWireGuardConfig, DEFAULT_DEVICE};
 pub use peers::{Collected, PeerChange, PeerTable, Refusal};

@@ -1,7 +1,7 @@
 //! WireGuard as the agent runs it: the node's key, its device (found running or
 //! started), the MTU, and the peer stage subscribed to nodes and the ipcache.
 
-use super::{mtu, Error, NodeKey, PeerSync, UserspaceDevice};
+use super::{mtu, Error, NodeKey, PeerSync, WireGuardDevice};
 use crate::datapath::in_netns;
 use crate::node::NodeId;
 use std::path::{Path, PathBuf};
@@ -67,7 +67,7 @@ impl NodeWireGuard {
     ) -> Result<Self, Error> {
         let key = NodeKey::load_or_create(&state_dir.join("wireguard.key"))?;
         let device =
-            UserspaceDevice::ensure(&config.device, config.netns.as_deref(), &config.helper)?;
+            WireGuardDevice::ensure(&config.device, config.netns.as_deref(), &config.helper)?;
         device.configure(&key)?;
         if let Some(native) = &config.mtu_device {
             set_mtu(config, native)?;

@@ -3,7 +3,7 @@
 //! listeners only queue, so no UAPI round trip happens under the ipcache's lock, and
 //! the thread drains the whole queue before it sends: a burst of events is one update.
 
-use super::{PeerTable, UserspaceDevice};
+use super::{PeerTable, WireGuardDevice};
 use crate::ipcache::{Change, Listener, Prefix};
 use crate::model::Node;
 use crate::node::{NodeId, NodeListener};
@@ -84,7 +84,7 @@ struct Shared {
 pub struct PeerSync {
     tx: Mutex<mpsc::Sender<Event>>,
     shared: Arc<Mutex<Shared>>,
-    device: UserspaceDevice,
+    device: WireGuardDevice,
     local: NodeId,
 }
 
@@ -97,7 +97,7 @@ impl PeerSync {
     ///
     /// # Panics
     /// When the OS cannot start a thread.
-    pub fn start(device: UserspaceDevice, local: NodeId) -> Result<Arc<Self>, super::Error> {
+    pub fn start(device: WireGuardDevice, local: NodeId) -> Result<Arc<Self>, super::Error> {
         let restored = device.peers()?;
         tracing::info!(
             device = device.name(),
@@ -107,7 +107,7 @@ impl PeerSync {
         let shared = Arc::new(Mutex::new(Shared {
             status: PeerSyncStatus {
                 device: device.name().into(),
-                backend: "userspace".into(),
+                backend: device.backend().into(),
                 restored: restored.len(),
                 restoring: !restored.is_empty(),
                 ..PeerSyncStatus::default()
@@ -188,7 +188,7 @@ impl PeerSync {
 /// The thread that owns the table.
 struct Worker {
     table: PeerTable,
-    device: UserspaceDevice,
+    device: WireGuardDevice,
     shared: Arc<Mutex<Shared>>,
 }
 
