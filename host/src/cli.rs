@@ -385,6 +385,8 @@ fn render_wireguard(w: &crate::wireguard::PeerSyncStatus) -> String {
             "{} restored peers kept until the remote nodes are synced",
             w.restored
         )
+    } else if w.restored == 0 {
+        "nothing restored".to_owned()
     } else if let Some(c) = &w.collected {
         format!(
             "{} restored: {} kept, {} removed, {} AllowedIPs trimmed",
@@ -394,7 +396,7 @@ fn render_wireguard(w: &crate::wireguard::PeerSyncStatus) -> String {
             c.trimmed.len()
         )
     } else {
-        "nothing restored".to_owned()
+        format!("{} restored", w.restored)
     };
     let mut out = format!(
         "wireguard: device {} ({}), {} peers; {restore}; {} updates, {} refused\n",
