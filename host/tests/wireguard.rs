@@ -244,3 +244,38 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
     sync.flush();
     assert!(delivered(b"again", Duration::from_secs(10)));
 }
+
+#[test]
+fn the_agents_device_gets_the_native_mtu_less_the_overhead_and_keeps_its_key() {
+    use weft::wireguard::{mtu, NodeWireGuard, NodeWireGuardConfig};
+
+    if !support::bpf_available("wireguard mtu") || !Path::new("/dev/net/tun").exists() {
+        return;
+    }
+    let (a, _b) = support::netns::joined_pair("wgm");
+    a.ip(&["link", "set", "weftv0", "mtu", "1400"]);
+    let state = tempfile::tempdir().unwrap();
+    let name = format!("wgm{}", std::process::id() % 100_000);
+    let mut config = NodeWireGuardConfig::new(name.clone(), Some(a.path()));
+    config.helper = HELPER.into();
+    config.mtu_device = Some("weftv0".into());
+    let local = weft::node::NodeId {
+        cluster: "c1".into(),
+        name: "a".into(),
+    };
+    let wg = NodeWireGuard::start(&config, state.path(), local.clone()).unwrap();
+    let _stop = Stop(WireGuardDevice::named(&name).unwrap());
+    let device_mtu = a.run(|| mtu::link_mtu(&name)).unwrap();
+    assert_eq!(device_mtu, 1400 - mtu::OVERHEAD);
+    // A restarted agent: the same key, the device found running.
+    let again = NodeWireGuard::start(&config, state.path(), local.clone()).unwrap();
+    assert_eq!(again.key, wg.key);
+    assert_eq!(again.peers.status().backend, wg.peers.status().backend);
+
+    // A native device that is not there is an error naming it.
+    config.mtu_device = Some("nosuchdev0".into());
+    let err = NodeWireGuard::start(&config, state.path(), local)
+        .err()
+        .expect("no such native device");
+    assert!(err.to_string().contains("nosuchdev0"), "{err}");
+}
