@@ -571,3 +571,58 @@ async fn peers_follow_key_changes_node_deletion_and_cluster_removal_and_bad_keys
     std::fs::remove_file(agent.mesh_dir.path().join("cluster2")).unwrap();
     until("a removed cluster's peers go", vec![], &[]).await;
 }
+
+#[tokio::test]
+async fn a_restored_peer_of_a_cluster_removed_while_frozen_goes_once_the_cluster_is_removed() {
+    if !support::bpf_available("wireguard removal") || !Path::new("/dev/net/tun").exists() {
+        return;
+    }
+    let ns = Netns::new("weft-wgr");
+    let dev = format!("wwgr{}", std::process::id() % 100_000);
+    let _stop = StopDevice(dev.clone());
+    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
+    cluster_config("cluster1", 1, &e1, false);
+    cluster_config("cluster2", 2, &e2, false);
+    let flags = flags(&dev, &ns, false);
+    let mut agent = Agent::start_node("cluster1", 1, &e1, NODE_A, &refs(&flags));
+    let key = wireguard_control::Key([7; 32]).to_base64();
+    e2.put(
+        "cilium/state/nodes/v1/cluster2/n1",
+        &node_json("n1", "10.100.1.1", &key),
+    )
+    .await;
+    support::write_config_file(agent.mesh_dir.path(), "cluster2", &e2.url());
+    eventually("a peer for n1", Duration::from_secs(30), || {
+        let s = agent.status_json()?;
+        (peers(&s).len() == 1).then_some(())
+    })
+    .await;
+
+    // Restarted with cluster2 frozen: the peer is restored and kept.
+    e2.pause();
+    agent.restart(&refs(&flags));
+    eventually("the restored peer kept", Duration::from_secs(30), || {
+        let s = agent.status_json()?;
+        (s["wireguard"]["restoring"] == true && peers(&s).len() == 1).then_some(())
+    })
+    .await;
+    // The operator removes cluster2: it counts as done, and its peer goes.
+    std::fs::remove_file(agent.mesh_dir.path().join("cluster2")).unwrap();
+    let s = eventually(
+        "the removed cluster's restored peer collected",
+        Duration::from_secs(30),
+        || {
+            agent
+                .status_json()
+                .filter(|s| !s["wireguard"]["collected"].is_null())
+        },
+    )
+    .await;
+    assert_eq!(
+        s["wireguard"]["collected"]["removed"],
+        serde_json::json!([key]),
+        "{s}"
+    );
+    assert!(peers(&s).is_empty(), "{s}");
+    e2.resume();
+}

@@ -185,7 +185,7 @@ impl WireGuardDevice {
         Ok(())
     }
 
-    /// Applies an update through the UAPI socket.
+    /// Applies an update: over the UAPI socket, or netlink for a kernel device.
     ///
     /// # Errors
     /// [`Error::Device`].
@@ -209,7 +209,7 @@ impl WireGuardDevice {
         }
     }
 
-    /// The device as the UAPI reports it.
+    /// The device as its backend reports it.
     ///
     /// # Errors
     /// [`Error::Device`].

@@ -86,6 +86,22 @@ struct DevicePeer {
 }
 
 /// The peers the device should have, and what it has.
+///
+/// # Example
+/// ```
+/// use weft::node::NodeId;
+/// use weft::wireguard::{PeerChange, PeerTable};
+///
+/// let mut table = PeerTable::default();
+/// let node = NodeId { cluster: "c2".into(), name: "n1".into() };
+/// let key = wireguard_control::Key([1; 32]);
+/// table.upsert_node(&node, &["192.0.2.2".parse().unwrap()], &key.to_base64());
+/// table.tunnel_changed("10.2.0.7/32".parse().unwrap(), Some("192.0.2.2".parse().unwrap()));
+/// // Both events make one new peer, with the node IP and the tunnelled prefix.
+/// let changes = table.changes();
+/// assert!(matches!(&changes[..], [PeerChange::Upsert { allowed_ips, .. }] if allowed_ips.len() == 2));
+/// assert!(table.changes().is_empty(), "nothing is sent twice");
+/// ```
 #[derive(Debug, Default)]
 pub struct PeerTable {
     nodes: BTreeMap<NodeId, NodePeer>,
