@@ -417,6 +417,32 @@ async fn traffic_is_encrypted_and_a_stream_survives_a_restart_while_the_remote_e
         },
     )
     .await;
+    // The status contract.
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        keys(&s["wireguard"]),
+        [
+            "backend",
+            "collected",
+            "device",
+            "failed_updates",
+            "peers",
+            "refused",
+            "restored",
+            "restoring",
+            "updates"
+        ]
+    );
+    assert_eq!(
+        keys(&peers(&s)[0]),
+        [
+            "allowed_ips",
+            "endpoint",
+            "handshake_seconds_ago",
+            "key",
+            "node"
+        ]
+    );
     let collected = &s["wireguard"]["collected"];
     assert_eq!(collected["removed"], serde_json::json!([]), "{s}");
     assert_eq!(collected["kept"].as_array().unwrap().len(), 1, "{s}");
