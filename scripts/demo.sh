@@ -143,8 +143,6 @@ grep -h 'host endpoint' "$lab/cluster1/weftd.log" | tail -1
 step "the datapath: to-netdev on node A's weftv0 redirects what must be encrypted to WireGuard"
 status cluster1 | sed -n '/^datapath:/,/^REMOTE/p' | grep -v '^REMOTE'
 rx() { ip -n "$1" -s link show "$2" | awk '/RX:/{getline; print $2}'; }
-# weftd made the devices; the lab brings them up (they need no address of their own).
-ip -n "$NS_A" link set "$WG_A" up; ip -n "$NS_B" link set "$WG_B" up
 before_wg=$(rx "$NS_B" "$WG_B")
 # The first packets wait for the handshake: send until one comes through (at most 5 s).
 for _ in $(seq 50); do

@@ -247,7 +247,7 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
 
 #[test]
 fn the_agents_device_gets_the_native_mtu_less_the_overhead_and_keeps_its_key() {
-    use weft::wireguard::{mtu, NodeWireGuard, NodeWireGuardConfig};
+    use weft::wireguard::{link, NodeWireGuard, NodeWireGuardConfig};
 
     if !support::bpf_available("wireguard mtu") || !Path::new("/dev/net/tun").exists() {
         return;
@@ -265,8 +265,8 @@ fn the_agents_device_gets_the_native_mtu_less_the_overhead_and_keeps_its_key() {
     };
     let wg = NodeWireGuard::start(&config, state.path(), local.clone()).unwrap();
     let _stop = Stop(WireGuardDevice::named(&name).unwrap());
-    let device_mtu = a.run(|| mtu::link_mtu(&name)).unwrap();
-    assert_eq!(device_mtu, 1400 - mtu::OVERHEAD);
+    let device_mtu = a.run(|| link::mtu(&name)).unwrap();
+    assert_eq!(device_mtu, 1400 - link::WIREGUARD_OVERHEAD);
     // A restarted agent: the same key, the device found running.
     let again = NodeWireGuard::start(&config, state.path(), local.clone()).unwrap();
     assert_eq!(again.key, wg.key);
@@ -278,4 +278,63 @@ fn the_agents_device_gets_the_native_mtu_less_the_overhead_and_keeps_its_key() {
         .err()
         .expect("no such native device");
     assert!(err.to_string().contains("nosuchdev0"), "{err}");
+}
+
+#[test]
+fn a_device_whose_helper_died_is_opened_again_with_its_peers() {
+    use weft::node::NodeListener as _;
+    use weft::wireguard::{NodeWireGuard, NodeWireGuardConfig};
+
+    if !support::bpf_available("wireguard revive") || !Path::new("/dev/net/tun").exists() {
+        return;
+    }
+    let (a, _b) = support::netns::joined_pair("wgv");
+    let state = tempfile::tempdir().unwrap();
+    let name = format!("wgv{}", std::process::id() % 100_000);
+    let _stop = Stop(WireGuardDevice::named(&name).unwrap());
+    let mut config = NodeWireGuardConfig::new(name.clone(), Some(a.path()));
+    config.helper = HELPER.into();
+    let local = weft::node::NodeId {
+        cluster: "c1".into(),
+        name: "a".into(),
+    };
+    let wg = NodeWireGuard::start(&config, state.path(), local).unwrap();
+    let key_b = NodeKey::load_or_create(&state.path().join("b.key")).unwrap();
+    wg.peers
+        .on_upsert(&remote_node("b", "10.100.0.2", &key_b), None);
+    wg.peers.flush();
+    let device = WireGuardDevice::named(&name).unwrap();
+    assert_eq!(device.peers().unwrap().len(), 1);
+
+    // The helper dies (killed, as by the OOM killer); its TUN goes with it.
+    let pid: i32 = std::fs::read_to_string(format!("/var/run/wireguard/{name}.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    device.stop();
+    let gone = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.contains(") Z "))
+    {
+        assert!(Instant::now() < gone, "weft-wg {pid} still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(device.get().is_err(), "the device is gone");
+
+    // The next change finds it gone: it is opened again, with every peer.
+    let mut moved = remote_node("b", "10.100.0.2", &key_b);
+    moved.ip_addresses.push(weft::model::NodeAddress {
+        kind: "InternalIP".into(),
+        ip: "10.100.0.22".parse().unwrap(),
+    });
+    wg.peers.on_upsert(&moved, None);
+    wg.peers.flush();
+    let status = wg.peers.status();
+    assert_eq!(status.revived, 1, "{status:?}");
+    assert_eq!(status.peers.len(), 1, "{status:?}");
+    assert_eq!(status.peers[0].node.as_deref(), Some("c2/b"));
+    assert_eq!(status.peers[0].allowed_ips, 2, "both node IPs: {status:?}");
+    let back = a.run(|| weft::wireguard::link::mtu(&name));
+    assert!(back.is_ok(), "the device's link is back: {back:?}");
 }

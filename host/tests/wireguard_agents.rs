@@ -130,10 +130,9 @@ async fn lab(test: &str) -> Option<Lab> {
         )
         .await;
     }
+    // weftd brought its device up; the pods' addresses are the test's.
     a.ip(&["addr", "add", &format!("{POD_A}/24"), "dev", &dev_a]);
-    a.ip(&["link", "set", &dev_a, "up"]);
     b.ip(&["addr", "add", &format!("{POD_B}/24"), "dev", &dev_b]);
-    b.ip(&["link", "set", &dev_b, "up"]);
     Some(Lab {
         a1,
         _a2: a2,
@@ -430,6 +429,7 @@ async fn traffic_is_encrypted_and_a_stream_survives_a_restart_while_the_remote_e
             "refused",
             "restored",
             "restoring",
+            "revived",
             "updates"
         ]
     );

@@ -97,7 +97,7 @@ impl WireGuardDevice {
             })
             .map_err(|e| bad(format!("log file: {e}")))?;
         // Its own process group: a signal to the agent's group does not reach it.
-        let child = cmd
+        let mut child = cmd
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().map_err(|e| bad(e.to_string()))?)
             .stderr(log)
@@ -106,6 +106,13 @@ impl WireGuardDevice {
             .map_err(|e| bad(format!("starting {}: {e}", helper.display())))?;
         let deadline = Instant::now() + START_TIMEOUT;
         while !device.answers() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = Path::new(RUN_DIR).join(format!("{name}.log"));
+                return Err(bad(format!(
+                    "weft-wg exited ({status}) before opening its socket; see {}",
+                    log.display()
+                )));
+            }
             if Instant::now() > deadline {
                 return Err(bad(format!(
                     "weft-wg (pid {}) did not open {} within {START_TIMEOUT:?}",

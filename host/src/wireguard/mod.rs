@@ -6,7 +6,7 @@
 
 mod device;
 mod key;
-pub mod mtu;
+pub mod link;
 mod node;
 mod peers;
 mod stage;
@@ -15,7 +15,7 @@ pub use device::WireGuardDevice;
 pub use key::NodeKey;
 pub use node::{NodeWireGuard, NodeWireGuardConfig, DEFAULT_DEVICE};
 pub use peers::{Collected, PeerChange, PeerTable, Refusal};
-pub use stage::{GarbageReport, PeerStatus, PeerSync, PeerSyncStatus};
+pub use stage::{GarbageReport, PeerStatus, PeerSync, PeerSyncStatus, Revive};
 
 use std::path::PathBuf;
 

@@ -1,7 +1,8 @@
 //! WireGuard as the agent runs it: the node's key, its device (found running or
-//! started), the MTU, and the peer stage subscribed to nodes and the ipcache.
+//! started, up, with its MTU), and the peer stage subscribed to nodes and the ipcache.
+//! A device that goes away (its helper killed) is opened again by the stage.
 
-use super::{mtu, Error, NodeKey, PeerSync, WireGuardDevice};
+use super::{link, Error, NodeKey, PeerSync, WireGuardDevice};
 use crate::datapath::in_netns;
 use crate::node::NodeId;
 use std::path::{Path, PathBuf};
@@ -54,9 +55,8 @@ pub struct NodeWireGuard {
 }
 
 impl NodeWireGuard {
-    /// Loads or makes the key in `state_dir`, finds or starts the device, configures
-    /// it, sets its MTU, and starts the peer stage with the device's peers restored.
-    /// Blocking.
+    /// Loads or makes the key in `state_dir`, opens the device, and starts the peer
+    /// stage with the device's peers restored. Blocking.
     ///
     /// # Errors
     /// [`Error`] naming the key file or the device.
@@ -66,35 +66,43 @@ impl NodeWireGuard {
         local: NodeId,
     ) -> Result<Self, Error> {
         let key = NodeKey::load_or_create(&state_dir.join("wireguard.key"))?;
-        let device =
-            WireGuardDevice::ensure(&config.device, config.netns.as_deref(), &config.helper)?;
-        device.configure(&key)?;
-        if let Some(native) = &config.mtu_device {
-            set_mtu(config, native)?;
-        }
-        let peers = PeerSync::start(device, local)?;
+        let device = open_device(config, &key)?;
+        let revive = {
+            let (config, key) = (config.clone(), key.clone());
+            Box::new(move || open_device(&config, &key))
+        };
+        let peers = PeerSync::start_reviving(device, local, revive)?;
         tracing::info!(device = %config.device, public_key = %key.public().to_base64(), "WireGuard ready");
         Ok(Self { key, peers })
     }
 }
 
-/// Gives the device the MTU of `native` less WireGuard's overhead.
-fn set_mtu(config: &NodeWireGuardConfig, native: &str) -> Result<(), Error> {
+/// Finds or starts the device, configures it, sets its MTU and brings it up.
+fn open_device(config: &NodeWireGuardConfig, key: &NodeKey) -> Result<WireGuardDevice, Error> {
+    let device = WireGuardDevice::ensure(&config.device, config.netns.as_deref(), &config.helper)?;
+    device.configure(key)?;
     let bad = |reason: String| Error::Device {
         device: config.device.clone(),
         reason,
     };
-    let device = config.device.clone();
-    let native = native.to_owned();
-    let set = in_netns(config.netns.as_deref(), move || {
-        let native_mtu =
-            mtu::link_mtu(&native).map_err(|e| format!("MTU of native device {native}: {e}"))?;
-        let wg_mtu = native_mtu.saturating_sub(mtu::OVERHEAD);
-        mtu::set_link_mtu(&device, wg_mtu).map_err(|e| format!("setting MTU {wg_mtu}: {e}"))?;
-        Ok::<u32, String>(wg_mtu)
+    let name = config.device.clone();
+    let native = config.mtu_device.clone();
+    let mtu = in_netns(config.netns.as_deref(), move || {
+        let mtu = match native {
+            Some(native) => {
+                let native_mtu = link::mtu(&native)
+                    .map_err(|e| format!("MTU of native device {native}: {e}"))?;
+                let mtu = native_mtu.saturating_sub(link::WIREGUARD_OVERHEAD);
+                link::set_mtu(&name, mtu).map_err(|e| format!("setting MTU {mtu}: {e}"))?;
+                Some(mtu)
+            }
+            None => None,
+        };
+        link::set_up(&name).map_err(|e| format!("bringing it up: {e}"))?;
+        Ok::<Option<u32>, String>(mtu)
     })
     .map_err(|e| bad(e.to_string()))?
     .map_err(bad)?;
-    tracing::info!(device = %config.device, mtu = set, "WireGuard MTU set");
-    Ok(())
+    tracing::info!(device = %config.device, ?mtu, "WireGuard device up");
+    Ok(device)
 }

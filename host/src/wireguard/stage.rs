@@ -2,6 +2,8 @@
 //! [`PeerTable`] on a thread of its own, which sends the changes to the device. The
 //! listeners only queue, so no UAPI round trip happens under the ipcache's lock, and
 //! the thread drains the whole queue before it sends: a burst of events is one update.
+//! The thread also checks the device now and then; one that is gone (its helper
+//! killed) is opened again and given every peer the table holds.
 
 use super::{PeerTable, WireGuardDevice};
 use crate::ipcache::{Change, Listener, Prefix};
@@ -11,10 +13,16 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Events applied in one update at most.
 const BATCH: usize = 100_000;
+
+/// How often an idle stage checks that its device still answers.
+const HEALTH_CHECK: Duration = Duration::from_secs(5);
+
+/// Opens the device again when it is gone: finds or starts it, and configures it.
+pub type Revive = Box<dyn Fn() -> Result<WireGuardDevice, super::Error> + Send>;
 
 enum Event {
     Node(NodeId, Vec<IpAddr>, String),
@@ -69,6 +77,8 @@ pub struct PeerSyncStatus {
     pub updates: u64,
     /// UAPI updates the device refused (each followed by a resync).
     pub failed_updates: u64,
+    /// Times the device was gone and was opened again, its peers given back.
+    pub revived: u64,
     /// The device's peers, as it reports them; empty when it does not answer.
     pub peers: Vec<PeerStatus>,
 }
@@ -98,6 +108,26 @@ impl PeerSync {
     /// # Panics
     /// When the OS cannot start a thread.
     pub fn start(device: WireGuardDevice, local: NodeId) -> Result<Arc<Self>, super::Error> {
+        Self::start_with(device, local, None)
+    }
+
+    /// [`Self::start`], and `revive` opens the device again when it is gone.
+    ///
+    /// # Errors
+    /// [`super::Error`] when the device's peers cannot be read.
+    pub fn start_reviving(
+        device: WireGuardDevice,
+        local: NodeId,
+        revive: Revive,
+    ) -> Result<Arc<Self>, super::Error> {
+        Self::start_with(device, local, Some(revive))
+    }
+
+    fn start_with(
+        device: WireGuardDevice,
+        local: NodeId,
+        revive: Option<Revive>,
+    ) -> Result<Arc<Self>, super::Error> {
         let restored = device.peers()?;
         tracing::info!(
             device = device.name(),
@@ -120,6 +150,7 @@ impl PeerSync {
             table,
             device: device.clone(),
             shared: shared.clone(),
+            revive,
         };
         std::thread::Builder::new()
             .name("weft-wireguard".into())
@@ -190,11 +221,22 @@ struct Worker {
     table: PeerTable,
     device: WireGuardDevice,
     shared: Arc<Mutex<Shared>>,
+    revive: Option<Revive>,
 }
 
 impl Worker {
     fn run(mut self, rx: &mpsc::Receiver<Event>) {
-        while let Ok(first) = rx.recv() {
+        loop {
+            let first = match rx.recv_timeout(HEALTH_CHECK) {
+                Ok(event) => event,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if self.device.get().is_err() && self.revive_device() {
+                        self.apply();
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            };
             let mut replies = Vec::new();
             let mut collected = Vec::new();
             let mut event = Some(first);
@@ -251,6 +293,7 @@ impl Worker {
             tracing::warn!(error = %e, attempt, "WireGuard update refused; resyncing with the device");
             match self.device.peers() {
                 Ok(actual) => self.table.resync(actual),
+                Err(_) if self.revive_device() => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "WireGuard device unreadable; changes wait for the next event");
                     break;
@@ -269,6 +312,37 @@ impl Worker {
             .owners()
             .map(|(k, id)| (k.to_base64(), format!("{}/{}", id.cluster, id.name)))
             .collect();
+    }
+}
+
+impl Worker {
+    /// Opens the device again, if the stage can; the table then gives it every peer.
+    /// Whether it is back.
+    fn revive_device(&mut self) -> bool {
+        let Some(revive) = &self.revive else {
+            return false;
+        };
+        let opened = revive().and_then(|d| d.peers().map(|peers| (d, peers)));
+        match opened {
+            Ok((device, peers)) => {
+                tracing::warn!(
+                    device = device.name(),
+                    "WireGuard device was gone: opened again, its peers given back"
+                );
+                self.device = device;
+                self.table.resync(peers);
+                self.shared
+                    .lock()
+                    .expect("wireguard status lock")
+                    .status
+                    .revived += 1;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "WireGuard device gone and not opened again; tried at the next check");
+                false
+            }
+        }
     }
 }
 
