@@ -29,7 +29,7 @@ const NODE_B: &str = "10.100.0.2";
 /// Sent in the clear by the pods; must never be seen on the link.
 const MARKER: &[u8] = b"WEFT-PLAINTEXT-MARKER";
 /// How long cluster2's etcd stays frozen, from the agent's restart on.
-const ETCD_PAUSE: Duration = Duration::from_secs(8);
+const ETCD_PAUSE: Duration = Duration::from_secs(10);
 /// A gap in the stream at least this long means it was cut.
 const CUT: Duration = Duration::from_secs(2);
 
