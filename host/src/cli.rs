@@ -423,6 +423,9 @@ fn render_wireguard(w: &crate::wireguard::PeerSyncStatus) -> String {
             p.key
         ));
     }
+    if let Some(e) = &w.device_error {
+        out.push_str(&format!("  device not answering: {e}\n"));
+    }
     for r in &w.refused {
         out.push_str(&format!("  refused {r}\n"));
     }

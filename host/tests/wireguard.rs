@@ -321,6 +321,11 @@ fn a_device_whose_helper_died_is_opened_again_with_its_peers() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(device.get().is_err(), "the device is gone");
+    let status = wg.peers.status();
+    assert!(
+        status.device_error.is_some() && status.peers.is_empty(),
+        "the status says so: {status:?}"
+    );
 
     // The next change finds it gone: it is opened again, with every peer.
     let mut moved = remote_node("b", "10.100.0.2", &key_b);

@@ -424,6 +424,7 @@ async fn traffic_is_encrypted_and_a_stream_survives_a_restart_while_the_remote_e
             "backend",
             "collected",
             "device",
+            "device_error",
             "failed_updates",
             "peers",
             "refused",

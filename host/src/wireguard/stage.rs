@@ -81,6 +81,8 @@ pub struct PeerSyncStatus {
     pub revived: u64,
     /// The device's peers, as it reports them; empty when it does not answer.
     pub peers: Vec<PeerStatus>,
+    /// Why the device did not answer the status's question; `None` when it did.
+    pub device_error: Option<String>,
 }
 
 #[derive(Default)]
@@ -189,6 +191,7 @@ impl PeerSync {
         let shared = self.shared.lock().expect("wireguard status lock");
         let mut status = shared.status.clone();
         let now = SystemTime::now();
+        let device = device.inspect_err(|e| status.device_error = Some(e.to_string()));
         if let Ok(device) = device {
             status.peers = device
                 .peers
