@@ -28,7 +28,7 @@ lint:
 ## demo: two clusters on loopback, one etcd and one weftd each; barriers go from
 ## pending to synced in `weftd status`. Cleans up on exit.
 demo: deps plugins
-	$(CARGO) build -p weft --bin weftd
+	$(CARGO) build -p weft --bin weftd --bin weft-wg
 	scripts/demo.sh
 
 ## bench: the benchmarks of BENCHMARKS.md (mesh sync, ipcache, plugins, datapath, WireGuard).
