@@ -24,6 +24,7 @@ test: deps plugins
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p weft --no-deps
 
 ## demo: two clusters on loopback, one etcd and one weftd each; barriers go from
 ## pending to synced in `weftd status`. Cleans up on exit.

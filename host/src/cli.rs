@@ -164,7 +164,7 @@ pub struct PluginArgs {
     /// File of ed25519 public keys (hex, one per line); every plugin must be signed by one.
     #[arg(long, env = "WEFT_PLUGIN_TRUSTED_KEYS")]
     pub plugin_trusted_keys: Option<PathBuf>,
-    /// Compile cache (default: <state-dir>/plugin-cache).
+    /// Compile cache (default: `<state-dir>/plugin-cache`).
     #[arg(long, env = "WEFT_PLUGIN_CACHE_DIR")]
     pub plugin_cache_dir: Option<PathBuf>,
     /// How long one plugin call may run.

@@ -1,4 +1,4 @@
-//! The cluster mesh: one [`RemoteCluster`](remote_cluster) per file in the config
+//! The cluster mesh: one `RemoteCluster` (`remote_cluster.rs`) per file in the config
 //! directory, each read from its etcd, each with four sync barriers.
 //!
 //! Data flows one way: etcd → [`crate::kvstore::list_watch`] → decode → the cluster's
