@@ -298,9 +298,10 @@ fn ip_transport(frame: &[u8]) -> Option<(u8, Option<(u16, u16)>)> {
     Some((proto, ports))
 }
 
-/// Runs the restart: agent A is killed and started again while cluster2's etcd is
-/// frozen. Returns the stream, when the restart began, and agent A's status once
-/// cluster2 is back and restored peers were collected.
+/// Runs the restart: with a stream flowing, agent A is killed and started again while
+/// cluster2's etcd is frozen for [`ETCD_PAUSE`], then cluster2 is thawed. Returns the
+/// stream, when the restart began, and (without the wait) when the restored peer was
+/// seen removed.
 async fn restart_during_etcd_pause(
     lab: &mut Lab,
     early_gc: bool,
