@@ -406,21 +406,20 @@ fn render_wireguard(w: &crate::wireguard::PeerSyncStatus) -> String {
         w.updates,
         w.failed_updates
     );
+    let row = |node: &str, endpoint: &str, allowed: &str, handshake: &str, key: &str| {
+        format!("  {node:<24} {endpoint:<24} {allowed:>11} {handshake:<14}  {key}\n")
+    };
     if !w.peers.is_empty() {
-        out.push_str(&format!(
-            "  {:<24} {:<24} {:>11} {:<14}  {}\n",
-            "NODE", "ENDPOINT", "ALLOWED-IPS", "HANDSHAKE", "KEY"
-        ));
+        out.push_str(&row("NODE", "ENDPOINT", "ALLOWED-IPS", "HANDSHAKE", "KEY"));
     }
     for p in &w.peers {
-        out.push_str(&format!(
-            "  {:<24} {:<24} {:>11} {:<14}  {}\n",
+        out.push_str(&row(
             p.node.as_deref().unwrap_or("(restored)"),
             p.endpoint.as_deref().unwrap_or("-"),
-            p.allowed_ips,
-            p.handshake_seconds_ago
+            &p.allowed_ips.to_string(),
+            &p.handshake_seconds_ago
                 .map_or("never".to_owned(), |s| format!("{s}s ago")),
-            p.key
+            &p.key,
         ));
     }
     if let Some(e) = &w.device_error {

@@ -4,9 +4,11 @@
 
 mod support;
 
+use std::net::UdpSocket;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use support::netns::Netns;
 use weft::wireguard::{NodeKey, WireGuardDevice, LISTEN_PORT};
 use wireguard_control::{DeviceUpdate, PeerConfigBuilder};
 
@@ -21,15 +23,85 @@ impl Drop for Stop {
     }
 }
 
+/// Two nodes in two joined namespaces, each with a key and a device configured with
+/// it, up, with a pod address: 10.200.0.1 on A, 10.200.0.2 on B. No peers yet.
+struct Pair {
+    // Dropped in this order: helpers, then namespaces.
+    dev_a: Stop,
+    dev_b: Stop,
+    a: Netns,
+    b: Netns,
+    state: tempfile::TempDir,
+    key_a: NodeKey,
+    key_b: NodeKey,
+    name_a: String,
+}
+
+impl Pair {
+    /// Device names start with `prefix` (short: names are unique on the machine).
+    fn new(test: &str, prefix: &str) -> Pair {
+        let (a, b) = support::netns::joined_pair(test);
+        let state = tempfile::tempdir().unwrap();
+        let key_a = NodeKey::load_or_create(&state.path().join("a.key")).unwrap();
+        let key_b = NodeKey::load_or_create(&state.path().join("b.key")).unwrap();
+        let pid = std::process::id() % 100_000;
+        let (name_a, name_b) = (format!("{prefix}a{pid}"), format!("{prefix}b{pid}"));
+        let helper = Path::new(HELPER);
+        let dev_a = Stop(WireGuardDevice::ensure(&name_a, Some(&a.path()), helper).unwrap());
+        let dev_b = Stop(WireGuardDevice::ensure(&name_b, Some(&b.path()), helper).unwrap());
+        dev_a.0.configure(&key_a).unwrap();
+        dev_b.0.configure(&key_b).unwrap();
+        for (ns, addr, name) in [
+            (&a, "10.200.0.1/24", &name_a),
+            (&b, "10.200.0.2/24", &name_b),
+        ] {
+            ns.ip(&["addr", "add", addr, "dev", name]);
+            ns.ip(&["link", "set", name, "up"]);
+        }
+        Pair {
+            dev_a,
+            dev_b,
+            a,
+            b,
+            state,
+            key_a,
+            key_b,
+            name_a,
+        }
+    }
+}
+
+/// Sends `payload` from `sender` until `receiver` gets a datagram (the first packets
+/// wait for the handshake), at most `within`; whether it was `payload`.
+fn delivered(sender: &UdpSocket, receiver: &UdpSocket, payload: &[u8], within: Duration) -> bool {
+    let to = receiver.local_addr().unwrap();
+    let deadline = Instant::now() + within;
+    let mut buf = [0u8; 64];
+    while Instant::now() < deadline {
+        let _ = sender.send_to(payload, to);
+        if let Ok((n, _)) = receiver.recv_from(&mut buf) {
+            return buf[..n] == *payload;
+        }
+    }
+    false
+}
+
 #[test]
 fn two_nodes_talk_through_the_tunnel_and_a_restart_finds_the_device_intact() {
-    if !support::bpf_available("wireguard tunnel") || !Path::new("/dev/net/tun").exists() {
+    if !support::wireguard_available("wireguard tunnel") {
         return;
     }
-    let (a, b) = support::netns::joined_pair("wg");
-    let state = tempfile::tempdir().unwrap();
-    let key_a = NodeKey::load_or_create(&state.path().join("a.key")).unwrap();
-    let key_b = NodeKey::load_or_create(&state.path().join("b.key")).unwrap();
+    let Pair {
+        dev_a,
+        dev_b,
+        a,
+        b,
+        state,
+        key_a,
+        key_b,
+        name_a,
+        ..
+    } = &Pair::new("wg", "wt");
     let mode = std::fs::metadata(state.path().join("a.key"))
         .unwrap()
         .permissions()
@@ -37,17 +109,13 @@ fn two_nodes_talk_through_the_tunnel_and_a_restart_finds_the_device_intact() {
     assert_eq!(mode & 0o777, 0o600);
     assert_eq!(
         NodeKey::load_or_create(&state.path().join("a.key")).unwrap(),
-        key_a,
+        *key_a,
         "the key is kept across restarts"
     );
     let private = std::fs::read_to_string(state.path().join("a.key")).unwrap();
     let shown = format!("{key_a:?}");
     assert!(shown.contains(&key_a.public().to_base64()) && !shown.contains(private.trim()));
 
-    let pid = std::process::id() % 100_000;
-    let (name_a, name_b) = (format!("wta{pid}"), format!("wtb{pid}"));
-    let dev_a = Stop(WireGuardDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap());
-    let dev_b = Stop(WireGuardDevice::ensure(&name_b, Some(&b.path()), Path::new(HELPER)).unwrap());
     if !Path::new("/sys/module/wireguard").exists() {
         assert_eq!(
             dev_a.0.backend(),
@@ -55,8 +123,6 @@ fn two_nodes_talk_through_the_tunnel_and_a_restart_finds_the_device_intact() {
             "no kernel WireGuard here: the userspace fallback"
         );
     }
-    dev_a.0.configure(&key_a).unwrap();
-    dev_b.0.configure(&key_b).unwrap();
     let peer = |key: &NodeKey, endpoint: &str, allowed: &str| {
         PeerConfigBuilder::new(key.public())
             .set_endpoint(format!("{endpoint}:{LISTEN_PORT}").parse().unwrap())
@@ -64,40 +130,25 @@ fn two_nodes_talk_through_the_tunnel_and_a_restart_finds_the_device_intact() {
     };
     dev_a
         .0
-        .apply(DeviceUpdate::new().add_peer(peer(&key_b, "10.100.0.2", "10.200.0.2")))
+        .apply(DeviceUpdate::new().add_peer(peer(key_b, "10.100.0.2", "10.200.0.2")))
         .unwrap();
     dev_b
         .0
-        .apply(DeviceUpdate::new().add_peer(peer(&key_a, "10.100.0.1", "10.200.0.1")))
+        .apply(DeviceUpdate::new().add_peer(peer(key_a, "10.100.0.1", "10.200.0.1")))
         .unwrap();
-    a.ip(&["addr", "add", "10.200.0.1/24", "dev", &name_a]);
-    a.ip(&["link", "set", &name_a, "up"]);
-    b.ip(&["addr", "add", "10.200.0.2/24", "dev", &name_b]);
-    b.ip(&["link", "set", &name_b, "up"]);
 
     let sender = a.udp("10.200.0.1:0");
     let receiver = b.udp("10.200.0.2:7000");
-    let through_tunnel = |payload: &[u8]| {
-        // The first packets wait for the handshake: send until one arrives.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut buf = [0u8; 64];
-        while Instant::now() < deadline {
-            sender.send_to(payload, "10.200.0.2:7000").unwrap();
-            if let Ok((n, _)) = receiver.recv_from(&mut buf) {
-                return buf[..n].to_vec();
-            }
-        }
-        panic!("nothing came through the tunnel in 10 s");
-    };
-    assert_eq!(through_tunnel(b"hello"), b"hello");
+    let tunnel = Duration::from_secs(10);
+    assert!(delivered(&sender, &receiver, b"hello", tunnel));
     let listen = dev_a.0.get().unwrap();
     assert_eq!(listen.listen_port, Some(LISTEN_PORT));
     assert_eq!(listen.fwmark, Some(0x1E00));
 
     // A restarted agent finds the device running, with its peer and tunnel.
-    let again = WireGuardDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap();
+    let again = WireGuardDevice::ensure(name_a, Some(&a.path()), Path::new(HELPER)).unwrap();
     assert_eq!(again.get().unwrap().peers.len(), 1);
-    assert_eq!(through_tunnel(b"after restart"), b"after restart");
+    assert!(delivered(&sender, &receiver, b"after restart", tunnel));
 }
 
 fn remote_node(name: &str, ip: &str, key: &NodeKey) -> weft::model::Node {
@@ -121,19 +172,18 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
     use weft::node::{NodeId, NodeListener as _};
     use weft::wireguard::PeerSync;
 
-    if !support::bpf_available("wireguard peers") || !Path::new("/dev/net/tun").exists() {
+    if !support::wireguard_available("wireguard peers") {
         return;
     }
-    let (a, b) = support::netns::joined_pair("wgp");
-    let state = tempfile::tempdir().unwrap();
-    let key_a = NodeKey::load_or_create(&state.path().join("a.key")).unwrap();
-    let key_b = NodeKey::load_or_create(&state.path().join("b.key")).unwrap();
-    let pid = std::process::id() % 100_000;
-    let (name_a, name_b) = (format!("wpa{pid}"), format!("wpb{pid}"));
-    let dev_a = Stop(WireGuardDevice::ensure(&name_a, Some(&a.path()), Path::new(HELPER)).unwrap());
-    let dev_b = Stop(WireGuardDevice::ensure(&name_b, Some(&b.path()), Path::new(HELPER)).unwrap());
-    dev_a.0.configure(&key_a).unwrap();
-    dev_b.0.configure(&key_b).unwrap();
+    let Pair {
+        dev_a,
+        dev_b,
+        a,
+        b,
+        key_a,
+        key_b,
+        ..
+    } = &Pair::new("wgp", "wp");
     // Node B's side is configured by hand: this test is about node A's agent.
     dev_b
         .0
@@ -145,23 +195,9 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
             ),
         )
         .unwrap();
-    a.ip(&["addr", "add", "10.200.0.1/24", "dev", &name_a]);
-    a.ip(&["link", "set", &name_a, "up"]);
-    b.ip(&["addr", "add", "10.200.0.2/24", "dev", &name_b]);
-    b.ip(&["link", "set", &name_b, "up"]);
     let sender = a.udp("10.200.0.1:0");
     let receiver = b.udp("10.200.0.2:7000");
-    let delivered = |payload: &[u8], within: Duration| {
-        let deadline = Instant::now() + within;
-        let mut buf = [0u8; 64];
-        while Instant::now() < deadline {
-            let _ = sender.send_to(payload, "10.200.0.2:7000");
-            if let Ok((n, _)) = receiver.recv_from(&mut buf) {
-                return buf[..n] == *payload;
-            }
-        }
-        false
-    };
+    let delivered = |payload: &[u8], within| delivered(&sender, &receiver, payload, within);
     let prefixes = |dev: &WireGuardDevice, key: &NodeKey| -> BTreeSet<String> {
         let peers = dev.peers().unwrap();
         let (_, allowed) = peers.iter().find(|(k, _)| k == key.public()).unwrap();
@@ -184,11 +220,11 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
     let sync = PeerSync::start(dev_a.0.clone(), local.clone()).unwrap();
     let ipcache = IpCache::default();
     ipcache.add_listener(sync.clone());
-    sync.on_upsert(&remote_node("b", "10.100.0.2", &key_b), None);
+    sync.on_upsert(&remote_node("b", "10.100.0.2", key_b), None);
     ipcache.upsert(pod_b, owner.clone(), tunnel_to_b.clone());
     sync.flush();
     assert_eq!(
-        prefixes(&dev_a.0, &key_b),
+        prefixes(&dev_a.0, key_b),
         BTreeSet::from(["10.100.0.2/32".into(), "10.200.0.2/32".into()])
     );
     assert!(delivered(b"first", Duration::from_secs(10)));
@@ -207,11 +243,11 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
     let sync = PeerSync::start(dev_a.0.clone(), local).unwrap();
     let ipcache = IpCache::default();
     ipcache.add_listener(sync.clone());
-    sync.on_upsert(&remote_node("b", "10.100.0.2", &key_b), None);
+    sync.on_upsert(&remote_node("b", "10.100.0.2", key_b), None);
     sync.flush();
     assert_eq!(sync.status().restored, 2);
     assert!(sync.status().restoring);
-    assert!(prefixes(&dev_a.0, &key_b).contains("10.200.0.2/32"));
+    assert!(prefixes(&dev_a.0, key_b).contains("10.200.0.2/32"));
     assert_eq!(dev_a.0.peers().unwrap().len(), 2);
     assert!(delivered(b"during restart", Duration::from_secs(10)));
 
@@ -235,7 +271,7 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
     );
     assert_eq!(dev_a.0.peers().unwrap().len(), 1);
     assert_eq!(
-        prefixes(&dev_a.0, &key_b),
+        prefixes(&dev_a.0, key_b),
         BTreeSet::from(["10.100.0.2/32".into()])
     );
     assert!(!delivered(b"unclaimed", Duration::from_secs(1)));
@@ -249,7 +285,7 @@ fn peers_follow_nodes_and_the_ipcache_and_restored_ones_wait_for_garbage_collect
 fn the_agents_device_gets_the_native_mtu_less_the_overhead_and_keeps_its_key() {
     use weft::wireguard::{link, NodeWireGuard, NodeWireGuardConfig};
 
-    if !support::bpf_available("wireguard mtu") || !Path::new("/dev/net/tun").exists() {
+    if !support::wireguard_available("wireguard mtu") {
         return;
     }
     let (a, _b) = support::netns::joined_pair("wgm");
@@ -285,7 +321,7 @@ fn a_device_whose_helper_died_is_opened_again_with_its_peers() {
     use weft::node::NodeListener as _;
     use weft::wireguard::{NodeWireGuard, NodeWireGuardConfig};
 
-    if !support::bpf_available("wireguard revive") || !Path::new("/dev/net/tun").exists() {
+    if !support::wireguard_available("wireguard revive") {
         return;
     }
     let (a, _b) = support::netns::joined_pair("wgv");

@@ -12,7 +12,6 @@ use serde_json::Value;
 use std::ffi::{OsStr, OsString};
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -90,17 +89,23 @@ fn peers(status: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// cluster1's and cluster2's etcd, each with its cluster config.
+async fn etcds() -> (Etcd, Etcd) {
+    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
+    cluster_config("cluster1", 1, &e1, false);
+    cluster_config("cluster2", 2, &e2, false);
+    (e1, e2)
+}
+
 async fn lab(test: &str) -> Option<Lab> {
-    if !support::bpf_available(test) || !Path::new("/dev/net/tun").exists() {
+    if !support::wireguard_available(test) {
         return None;
     }
     let (a, b) = joined_pair(test);
     let pid = std::process::id() % 100_000;
     let (dev_a, dev_b) = (format!("w{test}a{pid}"), format!("w{test}b{pid}"));
     let devices = [StopDevice(dev_a.clone()), StopDevice(dev_b.clone())];
-    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
-    cluster_config("cluster1", 1, &e1, false);
-    cluster_config("cluster2", 2, &e2, false);
+    let (e1, e2) = etcds().await;
     let a1 = Agent::start_node("cluster1", 1, &e1, NODE_A, &refs(&flags(&dev_a, &a, false)));
     let a2 = Agent::start_node("cluster2", 2, &e2, NODE_B, &refs(&flags(&dev_b, &b, false)));
     support::write_config_file(a1.mesh_dir.path(), "cluster2", &e2.url());
@@ -486,6 +491,40 @@ async fn control_without_the_wait_the_restored_peer_is_removed_and_the_stream_cu
     let _ = stream.close();
 }
 
+/// cluster1's agent alone, its WireGuard device in a namespace of its own. cluster2
+/// is an etcd whose node records the test writes: their addresses are in no
+/// namespace, and nothing is sent to them (no traffic, no keepalive).
+struct OneAgent {
+    // Dropped in this order: the agent, its helper, the namespace, etcd.
+    agent: Agent,
+    /// The agent's flags, for restarts.
+    flags: Vec<OsString>,
+    _stop: StopDevice,
+    _ns: Netns,
+    _e1: Etcd,
+    e2: Etcd,
+}
+
+async fn one_agent(test: &str) -> Option<OneAgent> {
+    if !support::wireguard_available(test) {
+        return None;
+    }
+    let ns = Netns::new(&format!("weft-{test}"));
+    let dev = format!("w{test}{}", std::process::id() % 100_000);
+    let stop = StopDevice(dev.clone());
+    let (e1, e2) = etcds().await;
+    let flags = flags(&dev, &ns, false);
+    let agent = Agent::start_node("cluster1", 1, &e1, NODE_A, &refs(&flags));
+    Some(OneAgent {
+        agent,
+        flags,
+        _stop: stop,
+        _ns: ns,
+        _e1: e1,
+        e2,
+    })
+}
+
 /// A node of cluster2 publishing `key`.
 fn node_json(name: &str, ip: &str, key: &str) -> String {
     format!(
@@ -495,18 +534,9 @@ fn node_json(name: &str, ip: &str, key: &str) -> String {
 
 #[tokio::test]
 async fn peers_follow_key_changes_node_deletion_and_cluster_removal_and_bad_keys_are_refused() {
-    if !support::bpf_available("wireguard keys") || !Path::new("/dev/net/tun").exists() {
+    let Some(OneAgent { agent, e2, .. }) = &one_agent("wgk").await else {
         return;
-    }
-    // cluster2's nodes are records only: their addresses are in no namespace, and
-    // nothing is sent to them (no traffic, no keepalive).
-    let ns = Netns::new("weft-wgk");
-    let dev = format!("wwgk{}", std::process::id() % 100_000);
-    let _stop = StopDevice(dev.clone());
-    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
-    cluster_config("cluster1", 1, &e1, false);
-    cluster_config("cluster2", 2, &e2, false);
-    let agent = Agent::start_node("cluster1", 1, &e1, NODE_A, &refs(&flags(&dev, &ns, false)));
+    };
     let key = |n: u8| wireguard_control::Key([n; 32]).to_base64();
     let put = |name: &'static str, ip: &'static str, k: String| {
         let e2 = &e2;
@@ -602,17 +632,12 @@ async fn peers_follow_key_changes_node_deletion_and_cluster_removal_and_bad_keys
 
 #[tokio::test]
 async fn a_restored_peer_of_a_cluster_removed_while_frozen_goes_once_the_cluster_is_removed() {
-    if !support::bpf_available("wireguard removal") || !Path::new("/dev/net/tun").exists() {
+    let Some(OneAgent {
+        agent, flags, e2, ..
+    }) = &mut one_agent("wgr").await
+    else {
         return;
-    }
-    let ns = Netns::new("weft-wgr");
-    let dev = format!("wwgr{}", std::process::id() % 100_000);
-    let _stop = StopDevice(dev.clone());
-    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
-    cluster_config("cluster1", 1, &e1, false);
-    cluster_config("cluster2", 2, &e2, false);
-    let flags = flags(&dev, &ns, false);
-    let mut agent = Agent::start_node("cluster1", 1, &e1, NODE_A, &refs(&flags));
+    };
     let key = wireguard_control::Key([7; 32]).to_base64();
     e2.put(
         "cilium/state/nodes/v1/cluster2/n1",
@@ -628,7 +653,7 @@ async fn a_restored_peer_of_a_cluster_removed_while_frozen_goes_once_the_cluster
 
     // Restarted with cluster2 frozen: the peer is restored and kept.
     e2.pause();
-    agent.restart(&refs(&flags));
+    agent.restart(&refs(flags));
     eventually("the restored peer kept", Duration::from_secs(30), || {
         let s = agent.status_json()?;
         (s["wireguard"]["restoring"] == true && peers(&s).len() == 1).then_some(())

@@ -126,19 +126,9 @@ impl PeerTable {
     /// kept until [`Self::collect_garbage`].
     pub fn restoring(existing: impl IntoIterator<Item = (Key, BTreeSet<Prefix>)>) -> Self {
         let restored: HashMap<Key, BTreeSet<Prefix>> = existing.into_iter().collect();
-        let device = restored
-            .iter()
-            .map(|(k, ips)| {
-                let peer = DevicePeer {
-                    endpoint: None,
-                    allowed_ips: ips.clone(),
-                };
-                (k.clone(), peer)
-            })
-            .collect();
         Self {
+            device: device_view(restored.clone()),
             restored,
-            device,
             ..Self::default()
         }
     }
@@ -147,16 +137,7 @@ impl PeerTable {
     /// update it refused, say): the next [`Self::changes`] brings every peer back in
     /// step with it.
     pub fn resync(&mut self, actual: impl IntoIterator<Item = (Key, BTreeSet<Prefix>)>) {
-        self.device = actual
-            .into_iter()
-            .map(|(k, allowed_ips)| {
-                let peer = DevicePeer {
-                    endpoint: None,
-                    allowed_ips,
-                };
-                (k, peer)
-            })
-            .collect();
+        self.device = device_view(actual);
         let wanted = self.by_key.keys().chain(self.restored.keys());
         self.dirty = wanted.chain(self.device.keys()).cloned().collect();
     }
@@ -395,6 +376,23 @@ impl PeerTable {
         }
         Some(peer)
     }
+}
+
+/// The device view of peers read from a device; an endpoint stays unknown until a
+/// node gives one.
+fn device_view(
+    peers: impl IntoIterator<Item = (Key, BTreeSet<Prefix>)>,
+) -> HashMap<Key, DevicePeer> {
+    peers
+        .into_iter()
+        .map(|(key, allowed_ips)| {
+            let peer = DevicePeer {
+                endpoint: None,
+                allowed_ips,
+            };
+            (key, peer)
+        })
+        .collect()
 }
 
 fn parse_key(text: &str) -> Result<Key, Refusal> {

@@ -94,7 +94,7 @@ struct Shared {
 
 /// Keeps a device's peers in step with the remote nodes and the ipcache.
 pub struct PeerSync {
-    tx: Mutex<mpsc::Sender<Event>>,
+    tx: mpsc::Sender<Event>,
     shared: Arc<Mutex<Shared>>,
     device: WireGuardDevice,
     local: NodeId,
@@ -159,7 +159,7 @@ impl PeerSync {
             .spawn(move || worker.run(&rx))
             .expect("the WireGuard thread starts");
         Ok(Arc::new(Self {
-            tx: Mutex::new(tx),
+            tx,
             shared,
             device,
             local,
@@ -167,7 +167,7 @@ impl PeerSync {
     }
 
     fn send(&self, event: Event) {
-        let _ = self.tx.lock().expect("wireguard queue lock").send(event);
+        let _ = self.tx.send(event);
     }
 
     /// Removes restored peers and AllowedIPs no node claims. Call only once local nodes

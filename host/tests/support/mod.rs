@@ -183,3 +183,16 @@ pub fn bpf_available(test: &str) -> bool {
     }
     ok
 }
+
+/// Whether this process may run WireGuard devices in namespaces: root (see
+/// [`bpf_available`]) and `/dev/net/tun`. Says loudly, naming `test`, when not.
+pub fn wireguard_available(test: &str) -> bool {
+    if !bpf_available(test) {
+        return false;
+    }
+    let tun = std::path::Path::new("/dev/net/tun").exists();
+    if !tun {
+        eprintln!("SKIPPED {test}: needs /dev/net/tun");
+    }
+    tun
+}
