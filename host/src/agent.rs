@@ -7,7 +7,7 @@ use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
 use crate::model::{Node, NodeAddress};
 use crate::node::{run_registration, NodeId, Registration};
-use crate::plugins::{self, CompileCache, PluginDir, PluginHost, PluginSet, TrustedKeys};
+use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustedKeys};
 use crate::regeneration::{self, wait_for_regeneration, Endpoint, RegenerationConfig};
 use crate::state::{run_local_kvstore, State};
 use crate::wireguard::{self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync};
@@ -266,11 +266,7 @@ fn start_plugins(
 ) -> Result<(PluginHost, watch::Receiver<bool>), Error> {
     let pc = &config.plugins;
     let runtime = Arc::new(plugins::Runtime::new(pc.runtime.clone())?);
-    let host = PluginHost::start(PluginSet::new(
-        runtime.clone(),
-        view,
-        plugins::Isolation::default(),
-    ));
+    let host = PluginHost::new(runtime.clone(), view, plugins::Isolation::default());
     let Some(dir) = pc.dir.clone() else {
         return Ok((host, watch::channel(true).1));
     };

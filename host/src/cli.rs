@@ -295,9 +295,12 @@ impl RunArgs {
                 cache_dir: self.plugins.plugin_cache_dir,
                 runtime: plugins::Config {
                     deadline: self.plugins.plugin_deadline,
-                    memory_cap: self.plugins.plugin_memory_mib << 20,
+                    bounds: plugins::Bounds {
+                        memory: self.plugins.plugin_memory_mib << 20,
+                        ..plugins::Bounds::default()
+                    },
                     max_wait: self.plugins.plugin_max_wait,
-                    ..plugins::Config::default()
+                    stall: plugins::Config::stall_for(self.plugins.plugin_deadline),
                 },
             },
         }

@@ -63,6 +63,7 @@ pub async fn wait_for_regeneration(
         default_timeout_ms: u64::try_from(config.default_timeout.as_millis()).unwrap_or(u64::MAX),
         clusters: mesh.status().iter().map(cluster_sync).collect(),
     };
+    tracing::info!(endpoint = ?endpoint.kind, "asking the regeneration policy");
     let answer = plugins.regeneration_policy(request).await;
     let result = match &answer.verdict {
         Verdict::Wait {

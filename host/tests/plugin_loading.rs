@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use weft::plugins::{
     seal, CacheOutcome, CompileCache, Config, EndpointKind, Isolation, Loader, PluginDir,
-    PluginHost, PluginSet, PluginsReport, RegenerationRequest, Runtime, TrustedKeys, Verdict,
+    PluginHost, PluginsReport, RegenerationRequest, Runtime, TrustedKeys, Verdict,
 };
 
 /// A plugin directory followed into a plugin host.
@@ -22,11 +22,7 @@ struct Plugins {
 impl Plugins {
     fn new(trusted: TrustedKeys) -> Self {
         let runtime = Arc::new(Runtime::new(Config::default()).unwrap());
-        let host = PluginHost::start(PluginSet::new(
-            runtime.clone(),
-            Arc::new(Vec::new),
-            Isolation::default(),
-        ));
+        let host = PluginHost::new(runtime.clone(), Arc::new(Vec::new), Isolation::default());
         let cache_dir = tempfile::tempdir().unwrap();
         let cache = CompileCache::open(cache_dir.path()).unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -381,7 +377,7 @@ fn the_compile_cache_hits_and_never_trusts_a_bad_entry() {
 async fn mesh_callbacks_call_the_hooks_and_late_plugins_learn_what_synced_before() {
     let etcd = support::Etcd::start().await;
     let runtime = Arc::new(Runtime::new(Config::default()).unwrap());
-    let mut set = PluginSet::new(runtime.clone(), Arc::new(Vec::new), Isolation::default());
+    let host = PluginHost::new(runtime.clone(), Arc::new(Vec::new), Isolation::default());
     let component = runtime
         .compile(&std::fs::read(support::plugin_wasm("sync_events")).unwrap())
         .unwrap();
@@ -393,8 +389,7 @@ async fn mesh_callbacks_call_the_hooks_and_late_plugins_learn_what_synced_before
         config: String::new(),
         component: component.clone(),
     };
-    set.insert(plugin("sync-events")).unwrap();
-    let host = PluginHost::start(set);
+    host.install(plugin("sync-events")).await.unwrap();
     let lab = support::Lab::start_with(256, host.sync_callbacks());
     support::seed_cluster(&etcd, "east", 2, 3).await;
     support::put_cluster_config(&etcd, "east", r#"{"id":2}"#).await;
@@ -413,6 +408,7 @@ async fn mesh_callbacks_call_the_hooks_and_late_plugins_learn_what_synced_before
     assert_eq!(counter("sync_events_disconnected"), 0);
     // A plugin loaded later is told of the clusters already synced.
     host.install(plugin("late")).await.unwrap();
+    host.flush().await;
     for r in ["nodes", "ipcache", "identities", "services"] {
         assert_eq!(counter_of("late", &format!("sync_events_{r}")), 1, "{r}");
     }
@@ -425,6 +421,7 @@ async fn mesh_callbacks_call_the_hooks_and_late_plugins_learn_what_synced_before
     assert_eq!(counter("sync_events_disconnected"), 1);
     // ... but not of a cluster that went away.
     host.install(plugin("later")).await.unwrap();
+    host.flush().await;
     assert_eq!(counter_of("later", "sync_events_nodes"), 0);
     assert_eq!(host.report().loaded[0].failures, 0);
 }

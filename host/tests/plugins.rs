@@ -151,7 +151,10 @@ fn decisions_outside_the_contract_are_bounded_or_refused() {
 #[test]
 fn a_memory_bomb_hits_its_cap_and_fails_that_call_only() {
     let config = Config {
-        memory_cap: 8 << 20,
+        bounds: weft::plugins::Bounds {
+            memory: 8 << 20,
+            ..Default::default()
+        },
         deadline: Duration::from_secs(2),
         ..Config::default()
     };
@@ -174,7 +177,6 @@ fn a_trapping_plugin_fails_the_call_with_the_trap() {
 #[test]
 fn a_log_flood_is_cut_at_the_budget_and_counted() {
     let config = Config {
-        log_budget: 100,
         deadline: Duration::from_secs(5),
         ..Config::default()
     };

@@ -5,4 +5,6 @@ wasmtime::component::bindgen!({
     path: "../plugin-sdk/wit",
     world: "plugin",
     additional_derives: [PartialEq, Eq],
+    // Host functions return `wasmtime::Result`: going past a bound fails the call.
+    imports: { default: trappable },
 });

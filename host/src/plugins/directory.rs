@@ -69,7 +69,7 @@ impl PluginDir {
             .collect();
         for path in gone {
             if let Some(name) = self.known.remove(&path).and_then(|t| t.installed) {
-                self.host.remove(&name).await;
+                self.host.remove(&name);
                 tracing::info!(plugin = %name, manifest = %path.display(), "plugin removed");
                 changes.removed.push(name);
             }
@@ -121,7 +121,7 @@ impl PluginDir {
         match result {
             Ok(name) => {
                 if let Some(old) = previous.filter(|old| *old != name) {
-                    self.host.remove(&old).await;
+                    self.host.remove(&old);
                 }
                 self.known.get_mut(path).expect("tracked above").installed = Some(name.clone());
                 self.set_refusal(path, None);

@@ -1,25 +1,24 @@
-//! The plugin host: one thread owns the [`PluginSet`] and runs every hook, so no
-//! cluster task ever waits on a plugin. Sync hooks are queued; the policy hook and
-//! installs answer through a reply channel.
+//! The plugin host: a thread per plugin, so that no cluster task, no policy question
+//! and no other plugin ever waits on a plugin past a bound.
+//!
+//! Sync hooks are queued to every plugin's thread. The policy hook asks the plugins in
+//! priority order (the rules of [`super::PluginSet`]), each for at most the stall
+//! bound ([`super::Config::stall`]). A plugin whose thread does not answer within it,
+//! or whose hook runs longer (a watchdog looks), is counted as failed and quarantined,
+//! and its thread is replaced: the old one is abandoned, never waited for. Installs are
+//! bounded the same way. Status is read from what each thread published, never asked.
 
-use super::set::{Answer, LoadedPlugin, PluginSet, PluginStatus};
-use super::{Cluster, Error, RegenerationRequest};
+use super::set::{by_priority, step, Answer, Step};
+use super::slot::{Context, Isolation, LoadedPlugin, PluginStatus};
+use super::worker::{Job, Start, Worker};
+use super::{Cluster, Error, MeshView, RegenerationRequest, Runtime};
 use crate::clustermesh::{ClusterInfo, Resource, SyncCallbacks};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-enum Message {
-    Synced(Resource, Cluster),
-    Disconnected(Cluster),
-    Policy(RegenerationRequest, oneshot::Sender<Answer>),
-    Install(LoadedPlugin, oneshot::Sender<Result<(), Error>>),
-    Remove(String, oneshot::Sender<bool>),
-    Flush(oneshot::Sender<()>),
-}
 
 /// A manifest the plugin directory holds but that is not loaded as it stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,14 +42,35 @@ pub struct PluginsReport {
     pub loads: u64,
     /// Loads that failed.
     pub failed_loads: u64,
+    /// Plugin threads given up on (a hook or an install that did not return within
+    /// the stall bound) and replaced.
+    #[serde(default)]
+    pub stalls: u64,
+    /// Hooks dropped because a plugin's queue was full.
+    #[serde(default)]
+    pub dropped_hooks: u64,
 }
 
-/// A handle to the plugin thread; cheap to clone. The thread ends when the last handle
-/// is dropped.
+struct State {
+    /// The running plugins, in priority order.
+    workers: Vec<Arc<Worker>>,
+    /// The "synced" hooks so far per cluster, replayed to a plugin loaded later:
+    /// every plugin learns of every synced cluster once.
+    history: BTreeMap<String, Vec<(Resource, Cluster)>>,
+    /// The loader's part of the report, and the stalls.
+    report: PluginsReport,
+}
+
+struct Inner {
+    cx: Context,
+    stall: Duration,
+    state: Mutex<State>,
+}
+
+/// A handle to the plugin host; cheap to clone. Its watchdog ends with the last handle.
 #[derive(Clone)]
 pub struct PluginHost {
-    tx: mpsc::Sender<Message>,
-    report: Arc<Mutex<PluginsReport>>,
+    inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -60,131 +80,184 @@ impl std::fmt::Debug for PluginHost {
 }
 
 impl PluginHost {
-    /// Starts the thread that owns `set`.
+    /// A host with no plugins, on `runtime`; plugins see the mesh through `mesh`.
     ///
     /// # Panics
-    /// When the OS cannot start a thread.
-    pub fn start(mut set: PluginSet) -> Self {
-        let (tx, rx) = mpsc::channel::<Message>();
-        let report = Arc::new(Mutex::new(PluginsReport::default()));
-        let shared = report.clone();
+    /// When the OS cannot start the watchdog thread.
+    pub fn new(runtime: Arc<Runtime>, mesh: MeshView, isolation: Isolation) -> Self {
+        let stall = runtime.config().stall;
+        let inner = Arc::new(Inner {
+            cx: Context {
+                runtime,
+                mesh,
+                isolation,
+            },
+            stall,
+            state: Mutex::new(State {
+                workers: Vec::new(),
+                history: BTreeMap::new(),
+                report: PluginsReport::default(),
+            }),
+        });
+        let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
-            .name("weft-plugins".into())
-            .spawn(move || {
-                // The report is updated before a reply is sent, so whoever awaited
-                // the reply sees its effect in the report.
-                let publish = |set: &PluginSet| {
-                    shared.lock().expect("plugins report lock").loaded = set.statuses();
-                };
-                // The "synced" hooks run so far per cluster, replayed to a plugin
-                // loaded later: every plugin learns of every synced cluster once.
-                let mut history: BTreeMap<String, Vec<(Resource, Cluster)>> = BTreeMap::new();
-                for message in rx {
-                    match message {
-                        Message::Synced(r, cluster) => {
-                            set.on_synced(r, &cluster);
-                            let h = history.entry(cluster.name.clone()).or_default();
-                            h.push((r, cluster));
-                            publish(&set);
-                        }
-                        Message::Disconnected(cluster) => {
-                            history.remove(&cluster.name);
-                            set.on_cluster_disconnected(&cluster);
-                            publish(&set);
-                        }
-                        Message::Policy(request, reply) => {
-                            let answer = set.regeneration_policy(&request);
-                            publish(&set);
-                            let _ = reply.send(answer);
-                        }
-                        Message::Install(plugin, reply) => {
-                            let name = plugin.name.clone();
-                            let result = set.insert(plugin);
-                            if result.is_ok() {
-                                for (r, cluster) in history.values().flatten() {
-                                    set.on_synced_of(&name, *r, cluster);
-                                }
-                            }
-                            publish(&set);
-                            let _ = reply.send(result);
-                        }
-                        Message::Remove(name, reply) => {
-                            let removed = set.remove(&name);
-                            publish(&set);
-                            let _ = reply.send(removed);
-                        }
-                        Message::Flush(reply) => {
-                            let _ = reply.send(());
-                        }
-                    }
-                }
-            })
-            .expect("the plugin thread starts");
-        Self { tx, report }
+            .name("weft-plugin-watchdog".into())
+            .spawn(move || watchdog(weak, stall))
+            .expect("the plugin watchdog starts");
+        Self { inner }
     }
 
-    /// Queues the "synced" hook of `resource` for `cluster`.
+    /// Queues the "synced" hook of `resource` for `cluster` to every plugin.
     pub fn synced(&self, resource: Resource, cluster: Cluster) {
-        let _ = self.tx.send(Message::Synced(resource, cluster));
-    }
-
-    /// Queues the "cluster disconnected" hook.
-    pub fn disconnected(&self, cluster: Cluster) {
-        let _ = self.tx.send(Message::Disconnected(cluster));
-    }
-
-    /// Asks the policy hook (see [`PluginSet::regeneration_policy`] for the rule).
-    pub async fn regeneration_policy(&self, request: RegenerationRequest) -> Answer {
-        let (reply, answer) = oneshot::channel();
-        let default = PluginSet::default_answer(&request);
-        if self.tx.send(Message::Policy(request, reply)).is_err() {
-            return default;
+        let mut state = self.inner.lock();
+        for w in &state.workers {
+            w.push(Job::Synced(resource, cluster.clone()), false);
         }
-        answer.await.unwrap_or(default)
+        let history = state.history.entry(cluster.name.clone()).or_default();
+        history.push((resource, cluster));
     }
 
-    /// Instantiates `plugin`, calls its `init`, and only then replaces the plugin of
-    /// the same name. The new plugin is then told of every cluster already synced,
-    /// as its "synced" hooks would have been called had it been there.
+    /// Queues the "cluster disconnected" hook to every plugin.
+    pub fn disconnected(&self, cluster: Cluster) {
+        let mut state = self.inner.lock();
+        state.history.remove(&cluster.name);
+        for w in &state.workers {
+            w.push(Job::Disconnected(cluster.clone()), false);
+        }
+    }
+
+    /// Asks the policy hook, plugin by plugin in priority order, each for at most the
+    /// stall bound (see [`super::PluginSet`] for the rule). Never waits longer than the
+    /// stall bound per plugin; a plugin that does not answer in time counts as failed,
+    /// and the built-in default answers.
+    pub async fn regeneration_policy(&self, request: RegenerationRequest) -> Answer {
+        let workers = self.inner.lock().workers.clone();
+        for w in workers {
+            if w.quarantined(Instant::now()) {
+                continue;
+            }
+            let (reply, answer) = oneshot::channel();
+            if !w.push(Job::Policy(Box::new(request.clone()), reply), true) {
+                continue; // removed or replaced meanwhile
+            }
+            let outcome = match tokio::time::timeout(self.inner.stall, answer).await {
+                Ok(Ok(outcome)) => outcome,
+                // Its thread was replaced while the question waited.
+                Ok(Err(_)) => Some(Err(())),
+                Err(_) => {
+                    self.inner.stalled(&w, "regeneration-policy");
+                    Some(Err(()))
+                }
+            };
+            if let Step::Done(answer) = step(&request, &w.plugin.name, outcome) {
+                return answer;
+            }
+        }
+        Answer::default_for(&request)
+    }
+
+    /// Starts `plugin` on a thread of its own, instantiates it and calls its `init`,
+    /// and only then replaces the plugin of the same name. The new plugin is then told
+    /// of every cluster already synced, as its "synced" hooks would have been called
+    /// had it been there.
     ///
     /// # Errors
-    /// [`Error`] when instantiation or `init` fails; the running plugin is kept.
+    /// [`Error`] when instantiation or `init` fails or does not return within the
+    /// stall bound; the running plugin is kept.
     pub async fn install(&self, plugin: LoadedPlugin) -> Result<(), Error> {
-        let (reply, answer) = oneshot::channel();
-        let gone = || Error::Engine {
-            reason: "the plugin thread stopped".into(),
-        };
-        self.tx
-            .send(Message::Install(plugin, reply))
-            .map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?
-    }
-
-    /// Removes plugin `name`; whether it was there.
-    pub async fn remove(&self, name: &str) -> bool {
-        let (reply, answer) = oneshot::channel();
-        if self.tx.send(Message::Remove(name.into(), reply)).is_err() {
-            return false;
+        let name = plugin.name.clone();
+        let (reply, started) = oneshot::channel();
+        let worker = Worker::start(self.inner.cx.clone(), plugin, Start::Fresh(reply))?;
+        match tokio::time::timeout(self.inner.stall, started).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => return Err(e),
+            Ok(Err(_)) => {
+                return Err(Error::Engine {
+                    reason: format!("the thread of plugin {name:?} ended during start-up"),
+                })
+            }
+            Err(_) => {
+                worker.close();
+                self.inner.lock().report.stalls += 1;
+                return Err(Error::Init {
+                    plugin: name,
+                    reason: format!(
+                        "instantiation and init did not return within {:?}; its thread is abandoned",
+                        self.inner.stall
+                    ),
+                });
+            }
         }
-        answer.await.unwrap_or(false)
+        let mut state = self.inner.lock();
+        state.workers.retain(|w| {
+            let same = w.plugin.name == name;
+            if same {
+                w.close();
+            }
+            !same
+        });
+        for (r, cluster) in state.history.values().flatten() {
+            worker.push(Job::Synced(*r, cluster.clone()), false);
+        }
+        state.workers.push(worker);
+        state
+            .workers
+            .sort_by(|a, b| by_priority(&a.plugin, &b.plugin));
+        Ok(())
     }
 
-    /// Waits until every hook queued before the call has run.
+    /// Removes plugin `name`; whether it was there. Never waits on its thread.
+    pub fn remove(&self, name: &str) -> bool {
+        let mut state = self.inner.lock();
+        let before = state.workers.len();
+        state.workers.retain(|w| {
+            let same = w.plugin.name == name;
+            if same {
+                w.close();
+            }
+            !same
+        });
+        state.workers.len() != before
+    }
+
+    /// Waits until every hook queued before the call has run, for at most `bound`;
+    /// whether they all did.
+    pub async fn flush_within(&self, bound: Duration) -> bool {
+        let workers = self.inner.lock().workers.clone();
+        let waits: Vec<_> = workers
+            .iter()
+            .filter_map(|w| {
+                let (reply, done) = oneshot::channel();
+                w.push(Job::Flush(reply), false).then_some(done)
+            })
+            .collect();
+        tokio::time::timeout(bound, futures::future::join_all(waits))
+            .await
+            .is_ok()
+    }
+
+    /// [`Self::flush_within`] 30 seconds.
     pub async fn flush(&self) {
-        let (reply, answer) = oneshot::channel();
-        if self.tx.send(Message::Flush(reply)).is_ok() {
-            let _ = answer.await;
-        }
+        self.flush_within(Duration::from_secs(30)).await;
     }
 
-    /// The plugins as of the last handled message.
+    /// The plugins as each thread last published them, and the loader's counts.
     pub fn report(&self) -> PluginsReport {
-        self.report.lock().expect("plugins report lock").clone()
+        let now = Instant::now();
+        let state = self.inner.lock();
+        let mut report = state.report.clone();
+        report.loaded = state
+            .workers
+            .iter()
+            .filter_map(|w| w.record().map(|r| r.status(&w.plugin, now)))
+            .collect();
+        report.dropped_hooks += state.workers.iter().map(|w| w.dropped()).sum::<u64>();
+        report
     }
 
     /// Updates the loader's part of the report.
     pub(crate) fn update_report(&self, f: impl FnOnce(&mut PluginsReport)) {
-        f(&mut self.report.lock().expect("plugins report lock"));
+        f(&mut self.inner.lock().report);
     }
 
     /// The cluster mesh's callbacks that call the hooks: each resource's "synced" and
@@ -197,6 +270,60 @@ impl PluginHost {
         }
         let host = self.clone();
         callbacks.on_disconnected(move |info| host.disconnected(cluster(info)))
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("plugin host lock")
+    }
+
+    /// Gives up on `worker`'s thread, stuck in `hook`: the failure is counted, the
+    /// plugin quarantined, and a new thread carries on its record. A worker already
+    /// replaced or removed is left alone.
+    fn stalled(&self, worker: &Arc<Worker>, hook: &str) {
+        let mut state = self.lock();
+        let Some(i) = state.workers.iter().position(|w| Arc::ptr_eq(w, worker)) else {
+            return;
+        };
+        let plugin = worker.plugin.clone();
+        let Some(mut record) = worker.record() else {
+            return;
+        };
+        record.stalled(
+            &plugin.name,
+            &self.cx.isolation,
+            Instant::now(),
+            format!(
+                "stalled: {hook} did not return within {:?}; its thread was replaced",
+                self.stall
+            ),
+        );
+        worker.close();
+        state.report.stalls += 1;
+        match Worker::start(self.cx.clone(), plugin, Start::Resume(record)) {
+            Ok(replacement) => state.workers[i] = replacement,
+            Err(e) => {
+                tracing::error!(plugin = %worker.plugin.name, error = %e, "plugin removed: no thread to replace its stalled one");
+                state.workers.remove(i);
+            }
+        }
+    }
+}
+
+/// Looks for hooks running past the stall bound (a sync hook has nobody waiting for
+/// its answer to notice) until the host is dropped.
+fn watchdog(inner: Weak<Inner>, stall: Duration) {
+    let period = (stall / 4).max(Duration::from_millis(10));
+    loop {
+        std::thread::sleep(period);
+        let Some(inner) = inner.upgrade() else { return };
+        let workers = inner.lock().workers.clone();
+        for w in workers {
+            if let Some(hook) = w.stuck(stall) {
+                inner.stalled(&w, hook);
+            }
+        }
     }
 }
 

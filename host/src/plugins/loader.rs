@@ -5,7 +5,7 @@
 use super::cache::{CacheOutcome, CompileCache};
 use super::manifest::{Manifest, TrustedKeys};
 use super::runtime::Runtime;
-use super::set::LoadedPlugin;
+use super::slot::LoadedPlugin;
 use super::Error;
 use std::path::Path;
 use std::sync::Arc;

@@ -1,8 +1,11 @@
 //! WASM plugins: the hooks of `plugin-sdk/wit/weft-plugin.wit`, run sandboxed.
 //!
 //! One engine; each plugin instance in its own `Store` with a memory cap and an epoch
-//! deadline per call; no filesystem, network or environment. The host enforces each
-//! hook's contract ([`enforce`]): a plugin's answer is bounded before it is acted on.
+//! deadline per call; WASI only as far as starting needs, its waits bounded by the
+//! call's deadline (the `wasi` module); no filesystem, network or environment. Each plugin runs
+//! on its own thread, which the agent gives up on and replaces when it stalls
+//! ([`PluginHost`]). The host enforces each hook's contract ([`enforce`]): a plugin's
+//! answer is bounded before it is acted on.
 
 mod bindings;
 mod cache;
@@ -14,6 +17,9 @@ mod loader;
 mod manifest;
 mod runtime;
 mod set;
+mod slot;
+mod wasi;
+mod worker;
 
 pub use bindings::weft::plugin::types::{
     Cluster, ClusterSync, Decision, EndpointKind, RegenerationRequest, ResourceCounts, Wait,
@@ -22,13 +28,14 @@ pub use cache::{CacheOutcome, CompileCache};
 pub use contract::{default_verdict, enforce, Verdict, Violation};
 pub use directory::{Changes, PluginDir};
 pub use host::{cluster, PluginHost, PluginsReport, Refusal};
-pub use host_state::MeshView;
+pub use host_state::{Bounds, LimitExceeded, MeshView};
 pub use loader::Loader;
 pub use manifest::{
     digest_hex, generate_signing_key, read_signing_key, seal, Manifest, TrustedKeys,
 };
 pub use runtime::{CallError, Instance, Prepared, Runtime};
-pub use set::{Answer, Isolation, LoadedPlugin, PluginSet, PluginStatus};
+pub use set::{Answer, PluginSet};
+pub use slot::{Isolation, LoadedPlugin, PluginStatus, Record};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,21 +45,35 @@ use std::time::Duration;
 pub struct Config {
     /// How long one hook call may run.
     pub deadline: Duration,
-    /// How much linear memory one plugin instance may use.
-    pub memory_cap: usize,
+    /// What one instance may make the host hold: memory, tables, resources, logs,
+    /// metric names.
+    pub bounds: Bounds,
     /// The longest wait a policy decision may ask for.
     pub max_wait: Duration,
-    /// Log calls per hook call; the rest are dropped and counted.
-    pub log_budget: u32,
+    /// How long the agent waits for a plugin's thread (a call, an install) before it
+    /// gives up on it: the built-in default answers, the plugin is quarantined and its
+    /// thread replaced. A call is stopped at `deadline`; this bound is for what the
+    /// sandbox cannot stop (a host call that never returns).
+    pub stall: Duration,
+}
+
+impl Config {
+    /// The stall bound for a call `deadline`: a call, plus the re-instantiation of a
+    /// failed instance, plus the one before it in the queue, with room for a loaded
+    /// machine.
+    pub fn stall_for(deadline: Duration) -> Duration {
+        deadline * 4 + Duration::from_millis(250)
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
+        let deadline = Duration::from_millis(50);
         Self {
-            deadline: Duration::from_millis(50),
-            memory_cap: 32 << 20,
+            deadline,
+            bounds: Bounds::default(),
             max_wait: Duration::from_secs(300),
-            log_budget: 100,
+            stall: Self::stall_for(deadline),
         }
     }
 }

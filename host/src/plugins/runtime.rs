@@ -3,12 +3,13 @@
 
 use super::bindings::weft::plugin::types::{Cluster, Decision, RegenerationRequest};
 use super::bindings::{Plugin as Bindings, PluginPre as BindingsPre};
-use super::host_state::{HostState, MeshView};
+use super::host_state::{HostState, LimitExceeded, MeshView};
+use super::wasi::BlockedPastDeadline;
 use super::{Config, Error};
 use crate::clustermesh::Resource;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
@@ -33,7 +34,7 @@ impl Runtime {
         wc.wasm_component_model(true).epoch_interruption(true);
         let engine = Engine::new(&wc).map_err(Error::engine)?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(Error::engine)?;
+        super::wasi::add_to_linker(&mut linker).map_err(Error::engine)?;
         Bindings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(Error::engine)?;
         let ticking = Arc::new(AtomicBool::new(true));
@@ -124,17 +125,15 @@ impl Runtime {
         mesh: MeshView,
     ) -> Result<Instance, Error> {
         let name = &prepared.name;
-        let state = HostState::new(
-            name.clone(),
-            self.config.memory_cap,
-            mesh,
-            self.config.log_budget,
-        );
+        let state = HostState::new(name.clone(), self.config.bounds.clone(), mesh);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.epoch_deadline_trap();
         // Instantiation runs guest code too: it gets the same bound as a call.
         store.set_epoch_deadline(ticks(self.config.deadline));
+        store
+            .data_mut()
+            .begin_call(Instant::now() + self.config.deadline);
         let bindings = prepared
             .pre
             .instantiate(&mut store)
@@ -145,7 +144,7 @@ impl Runtime {
         let mut instance = Instance {
             store,
             bindings,
-            deadline_ticks: ticks(self.config.deadline),
+            deadline: self.config.deadline,
         };
         instance.prepare();
         let init = instance
@@ -207,6 +206,23 @@ const HOOKS: [&str; 7] = [
 fn describe_instantiate(component: &Component, e: &wasmtime::Error) -> String {
     use wasmtime::component::types::ComponentItem;
     let engine = component.engine();
+    // An import outside the sandbox: say which, and that it is deliberate.
+    let denied: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_owned())
+        .filter(|name| {
+            ["wasi:filesystem/", "wasi:sockets/", "wasi:http/"]
+                .iter()
+                .any(|p| name.starts_with(p))
+        })
+        .collect();
+    if !denied.is_empty() {
+        return format!(
+            "imports {}, which the plugin sandbox does not provide (no filesystem, network or sockets)",
+            denied.join(", ")
+        );
+    }
     let ours = "weft:plugin/hooks@0.1.0";
     let ty = component.component_type();
     let exports: Vec<(String, ComponentItem)> = ty
@@ -248,6 +264,13 @@ pub enum CallError {
     /// The plugin hit its memory cap.
     #[error("memory cap exceeded")]
     MemoryCap,
+    /// The plugin went past a host-side bound (log bytes, metric names, host
+    /// resources, table elements).
+    #[error("limit exceeded: {what}")]
+    Limit {
+        /// Which bound, and its value.
+        what: String,
+    },
     /// The plugin trapped.
     #[error("trap: {reason}")]
     Trap {
@@ -257,15 +280,32 @@ pub enum CallError {
 }
 
 impl CallError {
-    fn from_wasmtime(e: &wasmtime::Error) -> Self {
-        match e.downcast_ref::<wasmtime::Trap>() {
-            Some(wasmtime::Trap::Interrupt) => CallError::Deadline,
-            _ if format!("{e:#}").contains("forcing trap when growing memory") => {
-                CallError::MemoryCap
+    pub(crate) fn from_wasmtime(e: &wasmtime::Error) -> Self {
+        if matches!(e.downcast_ref(), Some(wasmtime::Trap::Interrupt))
+            || e.downcast_ref::<BlockedPastDeadline>().is_some()
+        {
+            return CallError::Deadline;
+        }
+        if let Some(limit) = e.downcast_ref::<LimitExceeded>() {
+            return CallError::Limit {
+                what: limit.to_string(),
+            };
+        }
+        if let Some(wasmtime::component::ResourceTableError::Full) = e.downcast_ref() {
+            return CallError::Limit {
+                what: "host resources (WASI handles) over their limit".into(),
+            };
+        }
+        // wasmtime says these in words only (`StoreLimits` with trap_on_grow_failure).
+        let text = format!("{e:#}");
+        if text.contains("forcing trap when growing memory") {
+            CallError::MemoryCap
+        } else if text.contains("forcing trap when growing table") {
+            CallError::Limit {
+                what: "table elements over their limit".into(),
             }
-            _ => CallError::Trap {
-                reason: format!("{e:#}"),
-            },
+        } else {
+            CallError::Trap { reason: text }
         }
     }
 }
@@ -274,24 +314,31 @@ impl CallError {
 pub struct Instance {
     store: Store<HostState>,
     bindings: Bindings,
-    deadline_ticks: u64,
+    deadline: Duration,
 }
 
 impl Instance {
     fn prepare(&mut self) {
-        self.store.set_epoch_deadline(self.deadline_ticks);
-        self.store.data_mut().log_calls = 0;
+        self.store.set_epoch_deadline(ticks(self.deadline));
+        self.store
+            .data_mut()
+            .begin_call(Instant::now() + self.deadline);
     }
 
-    /// Log calls beyond the budget in the last call (dropped, not logged).
+    /// Log lines beyond the budget in the last call (dropped, not logged).
     pub fn dropped_logs(&self) -> u32 {
-        let s = self.store.data();
-        s.log_calls.saturating_sub(s.log_budget)
+        self.store.data().dropped_logs()
     }
 
     /// Counters the plugin reported.
     pub fn counters(&self) -> &std::collections::BTreeMap<String, u64> {
         &self.store.data().counters
+    }
+
+    /// The counters, when they changed since the last time this was asked.
+    pub fn counters_if_changed(&mut self) -> Option<&std::collections::BTreeMap<String, u64>> {
+        let state = self.store.data_mut();
+        std::mem::take(&mut state.counters_changed).then_some(&state.counters)
     }
 
     /// Calls the policy hook.

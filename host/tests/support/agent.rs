@@ -168,3 +168,64 @@ pub fn weftd(args: &[&OsStr]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Copies plugin `file` into `dir` with a manifest, sealed and signed by `key` with
+/// `weftd plugin seal`.
+pub fn package(
+    dir: &std::path::Path,
+    name: &str,
+    file: &str,
+    version: &str,
+    priority: i32,
+    key: &std::path::Path,
+) {
+    std::fs::copy(super::plugin_wasm(file), dir.join(format!("{file}.wasm"))).unwrap();
+    let tmp = dir.join(format!(".{name}.toml"));
+    std::fs::write(
+        &tmp,
+        format!("name = {name:?}\nversion = {version:?}\nwasm = \"{file}.wasm\"\nsha256 = \"\"\npriority = {priority}\n"),
+    )
+    .unwrap();
+    weftd(&[
+        "plugin".as_ref(),
+        "seal".as_ref(),
+        tmp.as_os_str(),
+        "--key".as_ref(),
+        key.as_os_str(),
+    ]);
+    // Renamed into place whole, as an operator's tooling (or a ConfigMap) would.
+    std::fs::rename(&tmp, dir.join(format!("{name}.toml"))).unwrap();
+}
+
+/// A vendor's signing key made with `weftd plugin keygen`, and the file of trusted keys
+/// that holds its public key.
+pub struct VendorKey {
+    _dir: tempfile::TempDir,
+    /// The signing key.
+    pub key: std::path::PathBuf,
+    /// The public key, hex.
+    pub public: String,
+    /// A trusted keys file with the public key.
+    pub trusted: std::path::PathBuf,
+}
+
+impl VendorKey {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("vendor.key");
+        let public = weftd(&[
+            "plugin".as_ref(),
+            "keygen".as_ref(),
+            "--out".as_ref(),
+            key.as_os_str(),
+        ]);
+        let trusted = dir.path().join("trusted");
+        std::fs::write(&trusted, &public).unwrap();
+        Self {
+            _dir: dir,
+            key,
+            public: public.trim().to_owned(),
+            trusted,
+        }
+    }
+}
