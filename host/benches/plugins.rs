@@ -112,12 +112,8 @@ fn main() {
     });
     let mut set = PluginSet::new(rt.clone(), Arc::new(Vec::new), Isolation::default());
     set.insert(LoadedPlugin {
-        name: "regeneration-policy".into(),
-        version: "bench".into(),
         digest: digest_hex(&bytes),
-        priority: 0,
-        config: String::new(),
-        component: component.clone(),
+        ..LoadedPlugin::new("regeneration-policy", component.clone())
     })
     .unwrap();
     let set_calls = sample(CALLS, || {

@@ -7,7 +7,7 @@ use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
 use crate::model::{Node, NodeAddress};
 use crate::node::{run_registration, NodeId, Registration};
-use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustedKeys};
+use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustPolicy};
 use crate::regeneration::{self, wait_for_regeneration, Endpoint, RegenerationConfig};
 use crate::state::{run_local_kvstore, State};
 use crate::wireguard::{self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync};
@@ -48,8 +48,12 @@ pub struct Config {
 pub struct PluginsConfig {
     /// One manifest per plugin; without it only the built-in default policy runs.
     pub dir: Option<PathBuf>,
-    /// ed25519 public keys; when given, every plugin must be signed by one.
+    /// The trust policy: keys, what each may sign, minimum versions.
+    pub trust_policy: Option<PathBuf>,
+    /// ed25519 public keys, one per line, each trusted for every plugin.
     pub trusted_keys: Option<PathBuf>,
+    /// Load unsigned plugins when no key is configured.
+    pub allow_unsigned: bool,
     /// The compile cache (default `<state-dir>/plugin-cache`).
     pub cache_dir: Option<PathBuf>,
     /// Deadlines, memory cap, the longest wait a plugin may ask for.
@@ -77,6 +81,12 @@ pub enum Error {
     /// The plugin runtime or the trusted keys could not be set up.
     #[error(transparent)]
     Plugins(#[from] plugins::Error),
+    /// Flags that contradict each other.
+    #[error("configuration: {reason}")]
+    Config {
+        /// What contradicts what.
+        reason: String,
+    },
     /// The BPF datapath could not be loaded.
     #[error(transparent)]
     Datapath(#[from] datapath::Error),
@@ -270,10 +280,7 @@ fn start_plugins(
     let Some(dir) = pc.dir.clone() else {
         return Ok((host, watch::channel(true).1));
     };
-    let trusted = match &pc.trusted_keys {
-        Some(path) => TrustedKeys::read(path)?,
-        None => TrustedKeys::none(),
-    };
+    let trust = trust_policy(pc)?;
     let cache_dir = pc
         .cache_dir
         .clone()
@@ -281,10 +288,31 @@ fn start_plugins(
     let cache = CompileCache::open(&cache_dir)
         .inspect_err(|e| tracing::warn!(error = %e, "plugins load without a compile cache"))
         .ok();
-    let loader = plugins::Loader::new(runtime, cache, trusted);
+    let loader = plugins::Loader::new(runtime, cache, trust);
     let (loaded_tx, loaded_rx) = watch::channel(false);
     tasks.spawn(PluginDir::new(dir, loader, host.clone()).run(loaded_tx));
     Ok((host, loaded_rx))
+}
+
+/// The trust policy from its file and the trusted keys file. Unsigned plugins are
+/// allowed only on request, and never beside keys: a node that has keys means them.
+fn trust_policy(pc: &PluginsConfig) -> Result<TrustPolicy, Error> {
+    let mut trust = match &pc.trust_policy {
+        Some(path) => TrustPolicy::read(path)?,
+        None => TrustPolicy::none(),
+    };
+    if let Some(path) = &pc.trusted_keys {
+        trust.add_keys_file(path)?;
+    }
+    if pc.allow_unsigned {
+        if trust.has_keys() {
+            return Err(Error::Config {
+                reason: "--plugin-allow-unsigned cannot be used with trusted keys: with keys, every plugin must be signed".into(),
+            });
+        }
+        trust = trust.allowing_unsigned();
+    }
+    Ok(trust)
 }
 
 /// Switches the native device to this agent's datapath generation.

@@ -62,6 +62,30 @@ pub enum PluginCommand {
         #[arg(long)]
         key: Option<PathBuf>,
     },
+    /// Fill in a manifest's sha256 and sign it: the signature covers name, version,
+    /// digest, WIT version, priority, config and shadow.
+    Sign {
+        /// The manifest.
+        manifest: PathBuf,
+        /// The signing key (from `weftd plugin keygen`).
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// Check a manifest and its component as an agent would, printing what is signed;
+    /// exits non-zero when the agent would refuse it.
+    Verify {
+        /// The manifest.
+        manifest: PathBuf,
+        /// The trust policy to check against.
+        #[arg(long)]
+        trust_policy: Option<PathBuf>,
+        /// A trusted keys file (one hex public key per line).
+        #[arg(long)]
+        trusted_keys: Option<PathBuf>,
+        /// Accept an unsigned plugin when no key is given (as `--plugin-allow-unsigned`).
+        #[arg(long)]
+        allow_unsigned: bool,
+    },
 }
 
 /// `weftd ipcache ...`.
@@ -161,9 +185,16 @@ pub struct PluginArgs {
     /// Directory with one manifest (`*.toml`) per plugin, followed for hot reload.
     #[arg(long, env = "WEFT_PLUGIN_DIR")]
     pub plugin_dir: Option<PathBuf>,
-    /// File of ed25519 public keys (hex, one per line); every plugin must be signed by one.
+    /// Trust policy (TOML): the keys that may sign plugins, the plugin names each may
+    /// sign, and a minimum version per plugin. With keys, every plugin must be signed.
+    #[arg(long, env = "WEFT_PLUGIN_TRUST_POLICY")]
+    pub plugin_trust_policy: Option<PathBuf>,
+    /// File of ed25519 public keys (hex, one per line), each trusted for every plugin.
     #[arg(long, env = "WEFT_PLUGIN_TRUSTED_KEYS")]
     pub plugin_trusted_keys: Option<PathBuf>,
+    /// Load unsigned plugins (only without trusted keys); `weftd status` says so.
+    #[arg(long, env = "WEFT_PLUGIN_ALLOW_UNSIGNED")]
+    pub plugin_allow_unsigned: bool,
     /// Compile cache (default: `<state-dir>/plugin-cache`).
     #[arg(long, env = "WEFT_PLUGIN_CACHE_DIR")]
     pub plugin_cache_dir: Option<PathBuf>,
@@ -291,7 +322,9 @@ impl RunArgs {
             }),
             plugins: agent::PluginsConfig {
                 dir: self.plugins.plugin_dir,
+                trust_policy: self.plugins.plugin_trust_policy,
                 trusted_keys: self.plugins.plugin_trusted_keys,
+                allow_unsigned: self.plugins.plugin_allow_unsigned,
                 cache_dir: self.plugins.plugin_cache_dir,
                 runtime: plugins::Config {
                     deadline: self.plugins.plugin_deadline,
@@ -437,30 +470,55 @@ fn render_wireguard(w: &crate::wireguard::PeerSyncStatus) -> String {
 /// The plugins part of `weftd status`.
 fn render_plugins(p: &plugins::PluginsReport) -> String {
     let mut out = format!(
-        "plugins: {} loaded, {} refused ({} loads, {} failed)\n",
+        "plugins: {} loaded, {} refused ({} loads, {} failed, {} stalls)\n",
         p.loaded.len(),
         p.refused.len(),
         p.loads,
-        p.failed_loads
+        p.failed_loads,
+        p.stalls,
     );
+    if !p.trust.is_empty() {
+        out.push_str(&format!("  trust: {}\n", p.trust));
+    }
+    let row = |cells: [&str; 9]| {
+        format!(
+            "  {:<22} {:<9} {:>8} {:<14} {:<12} {:>8} {:>8} {:<11}  {}\n",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            cells[6],
+            cells[7],
+            cells[8]
+        )
+    };
     if !p.loaded.is_empty() {
-        out.push_str(&format!(
-            "  {:<22} {:<9} {:>8} {:<14} {:>8} {:>8} {:<11}  {}\n",
-            "PLUGIN", "VERSION", "PRIORITY", "DIGEST", "CALLS", "FAILURES", "STATE", "LAST ERROR"
-        ));
+        out.push_str(&row([
+            "PLUGIN",
+            "VERSION",
+            "PRIORITY",
+            "DIGEST",
+            "SIGNED BY",
+            "CALLS",
+            "FAILURES",
+            "STATE",
+            "LAST ERROR",
+        ]));
     }
     for s in &p.loaded {
-        out.push_str(&format!(
-            "  {:<22} {:<9} {:>8} {:<14} {:>8} {:>8} {:<11}  {}\n",
-            s.name,
-            s.version,
-            s.priority,
+        out.push_str(&row([
+            &s.name,
+            &s.version,
+            &s.priority.to_string(),
             s.digest.get(..12).unwrap_or(&s.digest),
-            s.calls,
-            s.failures,
-            s.state,
+            s.signed_by.as_deref().unwrap_or("(unsigned)"),
+            &s.calls.to_string(),
+            &s.failures.to_string(),
+            &s.state,
             s.last_error.as_deref().unwrap_or("-"),
-        ));
+        ]));
         if !s.counters.is_empty() {
             let counters: Vec<String> =
                 s.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -16,6 +16,7 @@ pub mod k8s;
 pub mod kvstore;
 pub mod model;
 pub mod node;
+pub mod plugin_tool;
 pub mod plugins;
 pub mod regeneration;
 pub mod state;

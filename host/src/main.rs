@@ -54,6 +54,29 @@ async fn main() -> anyhow::Result<()> {
                 }
             );
         }
+        Command::Plugin(PluginCommand::Sign { manifest, key }) => {
+            let key = weft::plugins::read_signing_key(&key)?;
+            let m = weft::plugins::seal(&manifest, Some(&key))?;
+            println!("{}: {} {} signed", manifest.display(), m.name, m.version);
+            print!("{}", weft::plugin_tool::render_signed_fields(&m));
+        }
+        Command::Plugin(PluginCommand::Verify {
+            manifest,
+            trust_policy,
+            trusted_keys,
+            allow_unsigned,
+        }) => {
+            let verdict = weft::plugin_tool::verify_plugin(
+                &manifest,
+                trust_policy.as_deref(),
+                trusted_keys.as_deref(),
+                allow_unsigned,
+            )?;
+            print!("{verdict}");
+            if !verdict.accepted {
+                std::process::exit(1);
+            }
+        }
         Command::ClusterConfig(args) => {
             cli::write_cluster_config(&args).await?;
             println!(

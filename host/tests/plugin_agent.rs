@@ -110,3 +110,63 @@ async fn rogue_plugins_cannot_hold_the_host_endpoint_or_the_status() {
         assert_eq!(events["failures"], 0, "{file}: {events}");
     }
 }
+
+/// `weftd plugin verify` checks a package as an agent would and prints what is signed;
+/// `weftd run` refuses to allow unsigned plugins beside trusted keys.
+#[test]
+fn verify_prints_the_signed_fields_and_the_verdict() {
+    let vendor = VendorKey::new();
+    let dir = tempfile::tempdir().unwrap();
+    package(
+        dir.path(),
+        "policy",
+        "regeneration_policy",
+        "1.2.0",
+        7,
+        &vendor.key,
+    );
+    let manifest = dir.path().join("policy.toml");
+    let verify = |extra: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(support::agent::WEFTD)
+            .args(["plugin".as_ref(), "verify".as_ref(), manifest.as_os_str()])
+            .args(extra)
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8(out.stdout).unwrap())
+    };
+    let with_keys = ["--trusted-keys".as_ref(), vendor.trusted.as_os_str()];
+    let (ok, text) = verify(&with_keys);
+    assert!(ok, "{text}");
+    assert!(text.contains("  priority  \"7\""), "{text}");
+    assert!(text.contains("  version   \"1.2.0\""), "{text}");
+    assert!(text.contains("accepted: signed by \"key-"), "{text}");
+    let (ok, text) = verify(&[]);
+    assert!(
+        !ok && text.contains("refused: plugin \"policy\" refused: unsigned"),
+        "{text}"
+    );
+
+    let signed = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, signed.replace("priority = 7", "priority = 70")).unwrap();
+    let (ok, text) = verify(&with_keys);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("priority changed since it was signed"),
+        "{text}"
+    );
+
+    let out = std::process::Command::new(support::agent::WEFTD)
+        .args(["run", "--plugin-allow-unsigned", "--plugin-trusted-keys"])
+        .arg(&vendor.trusted)
+        .args(["--plugin-dir", "/nonexistent"])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--plugin-allow-unsigned cannot be used with trusted keys"),
+        "{stderr}"
+    );
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use weft::plugins::{
     seal, CacheOutcome, CompileCache, Config, EndpointKind, Isolation, Loader, PluginDir,
-    PluginHost, PluginsReport, RegenerationRequest, Runtime, TrustedKeys, Verdict,
+    PluginHost, PluginsReport, RegenerationRequest, Runtime, TrustPolicy, Verdict,
 };
 
 /// A plugin directory followed into a plugin host.
@@ -20,7 +20,7 @@ struct Plugins {
 }
 
 impl Plugins {
-    fn new(trusted: TrustedKeys) -> Self {
+    fn new(trusted: TrustPolicy) -> Self {
         let runtime = Arc::new(Runtime::new(Config::default()).unwrap());
         let host = PluginHost::new(runtime.clone(), Arc::new(Vec::new), Isolation::default());
         let cache_dir = tempfile::tempdir().unwrap();
@@ -110,7 +110,7 @@ fn pending(name: &str) -> weft::plugins::ClusterSync {
 
 #[tokio::test]
 async fn a_directory_loads_verified_plugins_and_the_highest_priority_with_an_opinion_decides() {
-    let mut p = Plugins::new(TrustedKeys::none());
+    let mut p = Plugins::new(TrustPolicy::none().allowing_unsigned());
     p.put("regeneration-policy", "regeneration_policy", "1.0.0", 0, "");
     p.put("critical", "critical_clusters", "2.0.0", 10, "east");
     p.put("sync-events", "sync_events", "0.3.0", 5, "");
@@ -145,8 +145,8 @@ async fn a_directory_loads_verified_plugins_and_the_highest_priority_with_an_opi
 
 #[tokio::test]
 async fn a_wrong_digest_is_refused_and_named() {
-    let mut p = Plugins::new(TrustedKeys::none());
-    let path = p.put("policy", "regeneration_policy", "1", 0, "");
+    let mut p = Plugins::new(TrustPolicy::none().allowing_unsigned());
+    let path = p.put("policy", "regeneration_policy", "1.0.0", 0, "");
     let text = std::fs::read_to_string(&path).unwrap();
     let forged = text.replace(
         &weft::plugins::Manifest::read(&path).unwrap().sha256,
@@ -169,13 +169,14 @@ async fn with_trusted_keys_only_plugins_signed_by_one_load() {
     let stranger = keys.path().join("stranger.key");
     generate_signing_key(&stranger).unwrap();
     std::fs::write(&trusted_path, format!("# ops\n{}\n", hex(ops.as_bytes()))).unwrap();
-    let trusted = TrustedKeys::read(&trusted_path).unwrap();
+    let mut trusted = TrustPolicy::none();
+    trusted.add_keys_file(&trusted_path).unwrap();
     let mut p = Plugins::new(trusted);
 
-    let unsigned = p.put("unsigned", "regeneration_policy", "1", 0, "");
-    let forged = p.put("forged", "sync_events", "1", 0, "");
+    let unsigned = p.put("unsigned", "regeneration_policy", "1.0.0", 0, "");
+    let forged = p.put("forged", "sync_events", "1.0.0", 0, "");
     seal(&forged, Some(&read_signing_key(&stranger).unwrap())).unwrap();
-    let signed = p.put("signed", "critical_clusters", "1", 0, "east");
+    let signed = p.put("signed", "critical_clusters", "1.0.0", 0, "east");
     seal(
         &signed,
         Some(&read_signing_key(&keys.path().join("ops.key")).unwrap()),
@@ -190,13 +191,13 @@ async fn with_trusted_keys_only_plugins_signed_by_one_load() {
     assert!(e.contains("bad signature"), "{e}");
     assert_eq!(
         p.versions(),
-        [("signed".into(), "1".into())],
+        [("signed".into(), "1.0.0".into())],
         "{:?}",
         p.report()
     );
 
-    // A signature over another digest does not verify either: the signature covers
-    // the component, not the manifest.
+    // A manifest whose digest was changed to another component's does not verify:
+    // the signature covers the digest, and says that it changed.
     let text = std::fs::read_to_string(&signed).unwrap();
     std::fs::copy(
         support::plugin_wasm("sync_events"),
@@ -209,9 +210,12 @@ async fn with_trusted_keys_only_plugins_signed_by_one_load() {
     std::fs::write(&signed, text.replace(&m.sha256, &sync_digest)).unwrap();
     p.follow.reconcile().await;
     let e = p.refusal("signed.toml");
-    assert!(e.contains("bad signature"), "{e}");
+    assert!(
+        e.contains("bad signature: sha256 changed since it was signed"),
+        "{e}"
+    );
     // ... and the plugin signed before keeps running.
-    assert_eq!(p.versions(), [("signed".into(), "1".into())]);
+    assert_eq!(p.versions(), [("signed".into(), "1.0.0".into())]);
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -220,35 +224,37 @@ fn hex(bytes: &[u8]) -> String {
 
 #[tokio::test]
 async fn a_missing_export_and_another_wit_version_are_refused_saying_which() {
-    let mut p = Plugins::new(TrustedKeys::none());
-    p.put("no-policy", "test_missing_export", "1", 0, "");
-    p.put("v2", "test_wit_v2", "1", 0, "");
+    let mut p = Plugins::new(TrustPolicy::none().allowing_unsigned());
+    p.put("no-policy", "test_missing_export", "1.0.0", 0, "");
+    let v = p.put("future", "test_wit_future", "1.0.0", 0, "");
+    let text = std::fs::read_to_string(&v).unwrap();
+    std::fs::write(&v, text.replace("wit = \"0.1.0\"", "wit = \"0.99.0\"")).unwrap();
     p.follow.reconcile().await;
     let e = p.refusal("no-policy.toml");
     assert!(
         e.contains("missing export") && e.contains("regeneration-policy"),
         "{e}"
     );
-    let e = p.refusal("v2.toml");
+    let e = p.refusal("future.toml");
     assert!(e.contains("incompatible WIT version"), "{e}");
     assert!(p.report().loaded.is_empty());
 }
 
 #[tokio::test]
 async fn a_failed_reload_keeps_the_running_plugin_and_a_good_one_replaces_it() {
-    let mut p = Plugins::new(TrustedKeys::none());
-    p.put("critical", "critical_clusters", "1", 0, "east");
+    let mut p = Plugins::new(TrustPolicy::none().allowing_unsigned());
+    p.put("critical", "critical_clusters", "1.0.0", 0, "east");
     p.follow.reconcile().await;
-    assert_eq!(p.versions(), [("critical".into(), "1".into())]);
+    assert_eq!(p.versions(), [("critical".into(), "1.0.0".into())]);
 
     // init refuses an empty config: the new version never replaces the old.
-    p.put("critical", "critical_clusters", "2", 0, "");
+    p.put("critical", "critical_clusters", "2.0.0", 0, "");
     let changes = p.follow.reconcile().await;
     assert_eq!(changes.refused.len(), 1, "{changes:?}");
     let e = p.refusal("critical.toml");
     assert!(e.contains("init failed"), "{e}");
     assert_eq!(p.report().refused[0].kept.as_deref(), Some("critical"));
-    assert_eq!(p.versions(), [("critical".into(), "1".into())]);
+    assert_eq!(p.versions(), [("critical".into(), "1.0.0".into())]);
     let answer = p
         .host
         .regeneration_policy(request(vec![pending("east")]))
@@ -262,14 +268,14 @@ async fn a_failed_reload_keeps_the_running_plugin_and_a_good_one_replaces_it() {
     p.follow.reconcile().await;
     let e = p.refusal("critical.toml");
     assert!(e.contains("cannot compile"), "{e}");
-    assert_eq!(p.versions(), [("critical".into(), "1".into())]);
+    assert_eq!(p.versions(), [("critical".into(), "1.0.0".into())]);
 
     // A good version replaces it and clears the refusal.
-    p.put("critical", "critical_clusters", "3", 0, "west");
+    p.put("critical", "critical_clusters", "3.0.0", 0, "west");
     p.follow.reconcile().await;
     assert_eq!(
         p.versions(),
-        [("critical".into(), "3".into())],
+        [("critical".into(), "3.0.0".into())],
         "{:?}",
         p.report()
     );
@@ -293,8 +299,8 @@ async fn a_failed_reload_keeps_the_running_plugin_and_a_good_one_replaces_it() {
 
 #[tokio::test]
 async fn a_followed_directory_reloads_on_change_without_being_asked() {
-    let p = Plugins::new(TrustedKeys::none());
-    p.put("critical", "critical_clusters", "1", 0, "east");
+    let p = Plugins::new(TrustPolicy::none().allowing_unsigned());
+    p.put("critical", "critical_clusters", "1.0.0", 0, "east");
     let (loaded_tx, mut loaded) = tokio::sync::watch::channel(false);
     let Plugins {
         dir, host, follow, ..
@@ -307,10 +313,17 @@ async fn a_followed_directory_reloads_on_change_without_being_asked() {
     )
     .await
     .unwrap();
-    assert_eq!(host.report().loaded[0].version, "1");
-    put_manifest(dir.path(), "critical", "critical_clusters", "2", 0, "west");
+    assert_eq!(host.report().loaded[0].version, "1.0.0");
+    put_manifest(
+        dir.path(),
+        "critical",
+        "critical_clusters",
+        "2.0.0",
+        0,
+        "west",
+    );
     support::eventually("version 2 loaded", Duration::from_secs(30), || {
-        (host.report().loaded.first()?.version == "2").then_some(())
+        (host.report().loaded.first()?.version == "2.0.0").then_some(())
     })
     .await;
     task.abort();
@@ -381,14 +394,7 @@ async fn mesh_callbacks_call_the_hooks_and_late_plugins_learn_what_synced_before
     let component = runtime
         .compile(&std::fs::read(support::plugin_wasm("sync_events")).unwrap())
         .unwrap();
-    let plugin = |name: &str| weft::plugins::LoadedPlugin {
-        name: name.into(),
-        version: "1".into(),
-        digest: "-".into(),
-        priority: 0,
-        config: String::new(),
-        component: component.clone(),
-    };
+    let plugin = |name: &str| weft::plugins::LoadedPlugin::new(name, component.clone());
     host.install(plugin("sync-events")).await.unwrap();
     let lab = support::Lab::start_with(256, host.sync_callbacks());
     support::seed_cluster(&etcd, "east", 2, 3).await;
@@ -424,4 +430,169 @@ async fn mesh_callbacks_call_the_hooks_and_late_plugins_learn_what_synced_before
     host.flush().await;
     assert_eq!(counter_of("later", "sync_events_nodes"), 0);
     assert_eq!(host.report().loaded[0].failures, 0);
+}
+
+/// A trust policy with one key allowed to sign `allowed`, and `min` as the minimum
+/// version of plugin `p`.
+fn policy_with(public: &str, allowed: &str, min: &str) -> TrustPolicy {
+    TrustPolicy::parse(&format!(
+        "[[keys]]\nname = \"vendor\"\npublic = \"{public}\"\nplugins = [\"{allowed}\"]\n\n[plugins.p]\nmin_version = \"{min}\"\n"
+    ))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_tampered_manifest_is_refused_naming_the_field() {
+    use weft::plugins::{generate_signing_key, read_signing_key};
+    let keys = tempfile::tempdir().unwrap();
+    let key_path = keys.path().join("vendor.key");
+    let public = hex(generate_signing_key(&key_path).unwrap().as_bytes());
+    let key = read_signing_key(&key_path).unwrap();
+    let mut p = Plugins::new(policy_with(&public, "*", "1.0.0"));
+    let path = p.put("p", "critical_clusters", "1.0.0", 0, "east");
+    seal(&path, Some(&key)).unwrap();
+    p.follow.reconcile().await;
+    assert_eq!(p.versions(), [("p".into(), "1.0.0".into())]);
+    assert_eq!(p.report().loaded[0].signed_by.as_deref(), Some("vendor"));
+    assert_eq!(p.report().trust, "signatures required (1 trusted keys)");
+    let signed = std::fs::read_to_string(&path).unwrap();
+
+    // Each edit an attacker with write access to the directory could make.
+    for (field, from, to) in [
+        ("priority", "priority = 0", "priority = 1000"),
+        ("config", "config = \"east\"", "config = \"west\""),
+        ("version", "version = \"1.0.0\"", "version = \"1.0.1\""),
+        ("shadow", "shadow = false", "shadow = true"),
+    ] {
+        assert!(signed.contains(from), "{signed}");
+        std::fs::write(&path, signed.replace(from, to)).unwrap();
+        p.follow.reconcile().await;
+        let e = p.refusal("p.toml");
+        assert!(
+            e.contains(&format!(
+                "bad signature: {field} changed since it was signed"
+            )),
+            "{field}: {e}"
+        );
+        assert_eq!(p.versions(), [("p".into(), "1.0.0".into())], "kept");
+    }
+    // A new name is outside what the key may sign only if the policy scopes it; here
+    // it is not, so the signature says the name changed.
+    std::fs::write(&path, signed.replace("name = \"p\"", "name = \"q\"")).unwrap();
+    p.follow.reconcile().await;
+    let e = p.refusal("p.toml");
+    assert!(e.contains("name changed since it was signed"), "{e}");
+
+    // A correctly signed older version: refused as a downgrade.
+    let mut floor = Plugins::new(policy_with(&public, "*", "2.0.0"));
+    let old = floor.put("p", "critical_clusters", "1.5.0", 0, "east");
+    seal(&old, Some(&key)).unwrap();
+    floor.follow.reconcile().await;
+    let e = floor.refusal("p.toml");
+    assert!(
+        e.contains("version 1.5.0 is below the trust policy's min_version 2.0.0"),
+        "{e}"
+    );
+
+    // A key scoped to other plugins cannot sign this one.
+    let mut scoped = Plugins::new(policy_with(&public, "acme-*", "0.0.0"));
+    let path = scoped.put("p", "critical_clusters", "1.0.0", 0, "east");
+    seal(&path, Some(&key)).unwrap();
+    scoped.follow.reconcile().await;
+    let e = scoped.refusal("p.toml");
+    assert!(
+        e.contains("signed by key \"vendor\", which the trust policy does not allow to sign \"p\""),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn the_component_must_be_a_small_regular_file_inside_the_directory() {
+    let mut p = Plugins::new(TrustPolicy::none().allowing_unsigned());
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        support::plugin_wasm("regeneration_policy"),
+        outside.path().join("x.wasm"),
+    )
+    .unwrap();
+    let manifest = |name: &str, wasm: &str| {
+        let path = p.dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!("name = {name:?}\nversion = \"1.0.0\"\nwasm = {wasm:?}\nsha256 = \"00\"\n"),
+        )
+        .unwrap();
+    };
+    manifest("zero", "/dev/zero");
+    manifest("escape", "../../x.wasm");
+    std::os::unix::fs::symlink(
+        outside.path().join("x.wasm"),
+        p.dir.path().join("link.wasm"),
+    )
+    .unwrap();
+    manifest("link", "link.wasm");
+    nix::unistd::mkfifo(
+        &p.dir.path().join("fifo.wasm"),
+        nix::sys::stat::Mode::S_IRWXU,
+    )
+    .unwrap();
+    manifest("fifo", "fifo.wasm");
+    // Within a bound: a FIFO must not block the reader.
+    support::within(
+        "the directory pass",
+        Duration::from_secs(30),
+        p.follow.reconcile(),
+    )
+    .await;
+    for (name, reason) in [
+        ("zero", "must be a path inside the plugin directory"),
+        ("escape", "must be a path inside the plugin directory"),
+        ("link", "outside the plugin directory"),
+        ("fifo", "not a regular file"),
+    ] {
+        let e = p.refusal(&format!("{name}.toml"));
+        assert!(
+            e.contains("refused: wasm") && e.contains(reason),
+            "{name}: {e}"
+        );
+    }
+
+    // Over the size limit: refused before it is read whole.
+    let runtime = Arc::new(Runtime::new(Config::default()).unwrap());
+    let small = Loader::new(runtime, None, TrustPolicy::none().allowing_unsigned())
+        .with_max_component_bytes(1024);
+    let path = put_manifest(p.dir.path(), "big", "regeneration_policy", "1.0.0", 0, "");
+    let e = small.load(&path).err().expect("refused");
+    assert!(
+        e.to_string().contains("refused: wasm") && e.to_string().contains("over the limit of 1024"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn without_keys_unsigned_plugins_load_only_when_allowed_and_a_wrong_wit_is_named() {
+    let mut strict = Plugins::new(TrustPolicy::none());
+    strict.put("p", "regeneration_policy", "1.0.0", 0, "");
+    strict.follow.reconcile().await;
+    let e = strict.refusal("p.toml");
+    assert!(
+        e.contains("unsigned") && e.contains("--plugin-allow-unsigned"),
+        "{e}"
+    );
+    assert_eq!(
+        strict.report().trust,
+        "no trusted keys: every plugin is refused"
+    );
+
+    let mut lax = Plugins::new(TrustPolicy::none().allowing_unsigned());
+    lax.put("p", "regeneration_policy", "1.0.0", 0, "");
+    lax.put("future", "test_wit_future", "1.0.0", 0, "");
+    lax.follow.reconcile().await;
+    assert_eq!(lax.report().loaded[0].signed_by, None);
+    assert!(lax.report().trust.contains("unsigned plugins allowed"));
+    let e = lax.refusal("future.toml");
+    assert!(
+        e.contains("wit: the manifest says 0.1.0, the component exports weft:plugin/hooks@0.99.0"),
+        "{e}"
+    );
 }

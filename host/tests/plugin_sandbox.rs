@@ -21,12 +21,11 @@ fn plugin(rt: &Runtime, name: &str, file: &str, priority: i32, config: &str) -> 
     let path = support::plugin_wasm(file);
     let wasm = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     LoadedPlugin {
-        name: name.into(),
         version: "1.0.0".into(),
         digest: weft::plugins::digest_hex(&wasm),
         priority,
         config: config.into(),
-        component: rt.compile(&wasm).unwrap(),
+        ..LoadedPlugin::new(name, rt.compile(&wasm).unwrap())
     }
 }
 

@@ -204,10 +204,21 @@ async fn an_agent_loads_signed_plugins_calls_their_hooks_and_reloads_them() {
             "last_error",
             "name",
             "priority",
+            "signed_by",
             "state",
-            "version"
+            "version",
+            "wit"
         ],
         "the plugin status contract"
+    );
+    assert!(
+        p["signed_by"].as_str().unwrap().starts_with("key-"),
+        "named after the trusted key: {p}"
+    );
+    assert_eq!(p["wit"], "0.1.0");
+    assert_eq!(
+        status["plugins"]["trust"],
+        "signatures required (1 trusted keys)"
     );
     let digest =
         weft::plugins::digest_hex(&std::fs::read(support::plugin_wasm("sync_events")).unwrap());
@@ -234,7 +245,7 @@ async fn an_agent_loads_signed_plugins_calls_their_hooks_and_reloads_them() {
     )
     .unwrap();
     let unsigned = plugins.path().join("critical.toml");
-    std::fs::write(&unsigned, "name = \"critical\"\nversion = \"1\"\nwasm = \"cc.wasm\"\nsha256 = \"\"\nconfig = \"cluster2\"\n").unwrap();
+    std::fs::write(&unsigned, "name = \"critical\"\nversion = \"1.0.0\"\nwasm = \"cc.wasm\"\nsha256 = \"\"\nconfig = \"cluster2\"\n").unwrap();
     weftd(&["plugin".as_ref(), "seal".as_ref(), unsigned.as_os_str()]);
     let s = eventually(
         "the unsigned plugin refused",

@@ -11,7 +11,6 @@ use super::loader::Loader;
 use super::manifest::Manifest;
 use super::Error;
 use crate::dirwatch::DirWake;
-use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -49,6 +48,8 @@ impl PluginDir {
     /// Follows `dir` (one `*.toml` manifest per plugin), loading with `loader` into
     /// `host`.
     pub fn new(dir: PathBuf, loader: Loader, host: PluginHost) -> Self {
+        let trust = loader.trust().describe();
+        host.update_report(|r| r.trust = trust);
         Self {
             dir,
             loader,
@@ -88,28 +89,26 @@ impl PluginDir {
     /// Loads `path` if it changed: `None` when unchanged, the plugin's name when
     /// (re)loaded.
     async fn try_manifest(&mut self, path: &Path) -> Option<Result<String, ()>> {
-        let text = std::fs::read(path).unwrap_or_default();
-        let parsed = Manifest::read(path);
-        let wasm = parsed
-            .as_ref()
-            .ok()
-            .map(|m| std::fs::read(m.wasm_path(path)));
-        let mut h = Sha256::new();
-        h.update(&text);
-        if let Some(Ok(bytes)) = &wasm {
-            h.update(bytes);
-        }
-        let fingerprint: [u8; 32] = h.finalize().into();
+        let loader = self.loader.clone();
+        let p = path.to_owned();
+        // Reading may meet anything a directory can hold: off the async threads.
+        let read = match tokio::task::spawn_blocking(move || loader.read(&p)).await {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::error!(manifest = %path.display(), error = %e, "plugin read task failed");
+                return None;
+            }
+        };
         let tracked = self.known.entry(path.into()).or_insert(Tracked {
             fingerprint: [0; 32],
             installed: None,
         });
-        if tracked.fingerprint == fingerprint {
+        if tracked.fingerprint == read.fingerprint {
             return None;
         }
-        tracked.fingerprint = fingerprint;
+        tracked.fingerprint = read.fingerprint;
         let previous = tracked.installed.clone();
-        let result = self.load(path, parsed, wasm).await;
+        let result = self.load(path, read.result).await;
         let failed = result.is_err();
         self.host.update_report(|r| {
             if failed {
@@ -146,10 +145,9 @@ impl PluginDir {
     async fn load(
         &self,
         path: &Path,
-        manifest: Result<Manifest, Error>,
-        wasm: Option<std::io::Result<Vec<u8>>>,
+        read: Result<(Manifest, Vec<u8>), Error>,
     ) -> Result<String, Error> {
-        let manifest = manifest?;
+        let (manifest, wasm) = read?;
         if let Some((other, _)) = self.known.iter().find(|(p, t)| {
             p.as_path() != path && t.installed.as_deref() == Some(manifest.name.as_str())
         }) {
@@ -158,17 +156,6 @@ impl PluginDir {
                 other: other.clone(),
             });
         }
-        let wasm = match wasm {
-            Some(Ok(bytes)) => bytes,
-            Some(Err(e)) => {
-                return Err(Error::Wasm {
-                    path: manifest.wasm_path(path),
-                    plugin: manifest.name,
-                    reason: e.to_string(),
-                })
-            }
-            None => unreachable!("the component is read when the manifest parses"),
-        };
         let loader = self.loader.clone();
         // Compiling takes milliseconds to seconds: off the async threads.
         let (plugin, outcome) =

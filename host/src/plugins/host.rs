@@ -42,6 +42,10 @@ pub struct PluginsReport {
     pub loads: u64,
     /// Loads that failed.
     pub failed_loads: u64,
+    /// How plugins are trusted: signatures required (with how many keys), or unsigned
+    /// plugins allowed.
+    #[serde(default)]
+    pub trust: String,
     /// Plugin threads given up on (a hook or an install that did not return within
     /// the stall bound) and replaced.
     #[serde(default)]

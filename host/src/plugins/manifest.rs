@@ -1,30 +1,46 @@
 //! Plugin manifests and the checks a plugin passes before its bytes are compiled: the
-//! digest always, the signature when trusted keys are configured.
+//! digest, the minimum version, and the signature under the trust policy.
 //!
 //! A plugin directory holds one `<anything>.toml` manifest per plugin:
 //!
 //! ```toml
 //! name = "regeneration-policy"
-//! version = "0.1.0"
-//! wasm = "regeneration_policy.wasm"   # relative to the manifest's directory
+//! version = "0.2.0"                   # semver; the trust policy may set a minimum
+//! wasm = "regeneration_policy.wasm"   # a regular file inside the plugin directory
 //! sha256 = "9f86d081884c7d65..."      # of the .wasm, hex
+//! wit = "0.2.0"                       # the weft:plugin version it was built against
 //! priority = 0                        # higher runs first
 //! config = ""                         # handed to the plugin's init
-//! signature = "..."                   # optional: ed25519 over the 32-byte digest, hex
+//! shadow = false                      # true: runs beside the live plugin, never acted on
+//!
+//! [signature]                         # `weftd plugin sign`
+//! ed25519 = "..."                     # over the canonical encoding of the fields above
+//! fields = { name = "1a2b3c4d", ... } # as signed: names a field changed since
 //! ```
+//!
+//! The signature covers everything that changes what the plugin does: name, version,
+//! digest, WIT version, priority, config and shadow ([`Manifest::signed_bytes`]). The
+//! component's path does not: its bytes are covered by the digest.
 //!
 //! ```
 //! let m = weft::plugins::Manifest::parse(
-//!     "name = \"p\"\nversion = \"1\"\nwasm = \"p.wasm\"\nsha256 = \"00\"\n",
+//!     "name = \"p\"\nversion = \"1.0.0\"\nwasm = \"p.wasm\"\nsha256 = \"00\"\n",
 //! ).unwrap();
-//! assert_eq!((m.priority, m.config.as_str(), m.signature), (0, "", None));
+//! assert_eq!((m.priority, m.config.as_str(), m.wit.as_str()), (0, "", "0.1.0"));
+//! assert!(m.signature.is_none() && !m.shadow);
 //! ```
 
+use super::trust::TrustPolicy;
 use super::Error;
 use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// What the canonical encoding starts with: the format, so a signature over another
+/// encoding never verifies over this one.
+const SIGNED_MAGIC: &[u8] = b"weft-plugin-manifest/1\n";
 
 /// One plugin's manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,25 +48,57 @@ use std::path::{Path, PathBuf};
 pub struct Manifest {
     /// The plugin's name: lower-case letters, digits, `-` and `_`.
     pub name: String,
-    /// Its version, shown in `weftd status`.
+    /// Its version (semver), shown in `weftd status`.
     pub version: String,
     /// The component, relative to the manifest's directory.
     pub wasm: PathBuf,
     /// The sha256 of the component, hex.
     pub sha256: String,
+    /// The version of `weft:plugin` the component exports.
+    #[serde(default = "default_wit")]
+    pub wit: String,
     /// Higher runs first.
     #[serde(default)]
     pub priority: i32,
     /// Handed to the plugin's `init`.
     #[serde(default)]
     pub config: String,
-    /// An ed25519 signature over the 32 bytes of the digest, hex.
+    /// Runs beside the live plugin of the same name on the same inputs; its answers are
+    /// compared, never acted on.
+    #[serde(default)]
+    pub shadow: bool,
+    /// The signature, by `weftd plugin sign`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signature: Option<String>,
+    pub signature: Option<ManifestSignature>,
+}
+
+/// A manifest's signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestSignature {
+    /// ed25519 over [`Manifest::signed_bytes`], hex.
+    pub ed25519: String,
+    /// The first 8 hex digits of each signed field's sha256, as signed. Not trusted (the
+    /// signature decides): it only names the field that changed when a signature fails.
+    #[serde(default)]
+    pub fields: BTreeMap<String, String>,
+}
+
+fn default_wit() -> String {
+    "0.1.0".into()
+}
+
+/// A manifest that passed [`Manifest::verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// The component's sha256, hex.
+    pub digest: String,
+    /// The trusted key that signed it; `None` when loaded unsigned.
+    pub signed_by: Option<String>,
 }
 
 impl Manifest {
-    /// Parses a manifest and checks its name.
+    /// Parses a manifest and checks its name and version.
     ///
     /// # Errors
     /// [`Error::Manifest`] (without a path; [`Manifest::read`] adds it).
@@ -63,11 +111,21 @@ impl Manifest {
         let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
         if m.name.is_empty() || !m.name.chars().all(valid) {
             return Err(bad(format!(
-                "plugin name {:?} must be lower-case letters, digits, '-' or '_'",
+                "name {:?} must be lower-case letters, digits, '-' or '_'",
                 m.name
             )));
         }
+        m.semver()
+            .map_err(|e| bad(format!("version {:?}: {e}", m.version)))?;
         Ok(m)
+    }
+
+    /// Parses the manifest text read from `path`.
+    ///
+    /// # Errors
+    /// [`Error::Manifest`] naming the file.
+    pub fn parse_at(text: &str, path: &Path) -> Result<Self, Error> {
+        Self::parse(text).map_err(|e| e.with_path(path))
     }
 
     /// Reads and parses the manifest at `path`.
@@ -79,13 +137,15 @@ impl Manifest {
             path: path.into(),
             reason: e.to_string(),
         })?;
-        Self::parse(&text).map_err(|e| match e {
-            Error::Manifest { reason, .. } => Error::Manifest {
-                path: path.into(),
-                reason,
-            },
-            other => other,
-        })
+        Self::parse_at(&text, path)
+    }
+
+    /// The version, parsed.
+    ///
+    /// # Errors
+    /// semver's, when the version is not semver.
+    pub fn semver(&self) -> Result<semver::Version, semver::Error> {
+        semver::Version::parse(&self.version)
     }
 
     /// Where the component is, for a manifest read from `manifest_path`.
@@ -96,16 +156,56 @@ impl Manifest {
             .join(&self.wasm)
     }
 
-    /// Checks `wasm` against the digest, then the signature against `trusted`, and
-    /// returns the digest (hex).
+    /// The fields the signature covers, in their signed order and form.
+    pub fn signed_fields(&self) -> [(&'static str, String); 7] {
+        [
+            ("name", self.name.clone()),
+            ("version", self.version.clone()),
+            ("sha256", self.sha256.trim().to_ascii_lowercase()),
+            ("wit", self.wit.clone()),
+            ("priority", self.priority.to_string()),
+            ("config", self.config.clone()),
+            ("shadow", self.shadow.to_string()),
+        ]
+    }
+
+    /// The canonical encoding the signature covers: a magic line, then each signed
+    /// field as its name and its value, each preceded by its length (u32, big endian).
+    /// Unambiguous, and independent of how the TOML is written.
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let mut out = SIGNED_MAGIC.to_vec();
+        for (field, value) in self.signed_fields() {
+            for part in [field.as_bytes(), value.as_bytes()] {
+                let len = u32::try_from(part.len()).unwrap_or(u32::MAX);
+                out.extend_from_slice(&len.to_be_bytes());
+                out.extend_from_slice(part);
+            }
+        }
+        out
+    }
+
+    /// Signs the manifest as it stands with `key`.
+    pub fn sign(&mut self, key: &SigningKey) {
+        self.signature = Some(ManifestSignature {
+            ed25519: hex::encode(key.sign(&self.signed_bytes()).to_bytes()),
+            fields: self
+                .signed_fields()
+                .into_iter()
+                .map(|(field, value)| (field.to_owned(), field_hint(&value)))
+                .collect(),
+        });
+    }
+
+    /// Checks `wasm` against the digest, the version against the policy's minimum,
+    /// then the signature against the keys the policy allows to sign this plugin.
     ///
-    /// With trusted keys configured every plugin must be signed by one of them;
-    /// without, a signature is not checked (and the caller should say so).
+    /// Without keys, a plugin loads only when the policy allows unsigned plugins, and
+    /// its signature, if any, is not checked.
     ///
     /// # Errors
-    /// [`Error::Digest`], [`Error::Unsigned`] or [`Error::Signature`], each naming the
-    /// plugin.
-    pub fn verify(&self, wasm: &[u8], trusted: &TrustedKeys) -> Result<String, Error> {
+    /// [`Error::Digest`], [`Error::Downgrade`], [`Error::Unsigned`] or
+    /// [`Error::Signature`], each naming the plugin and what failed.
+    pub fn verify(&self, wasm: &[u8], policy: &TrustPolicy) -> Result<Verified, Error> {
         let digest: [u8; 32] = Sha256::digest(wasm).into();
         let actual = hex::encode(digest);
         if !actual.eq_ignore_ascii_case(self.sha256.trim()) {
@@ -115,41 +215,101 @@ impl Manifest {
                 actual,
             });
         }
-        if trusted.is_empty() {
-            return Ok(actual);
+        if let Some(minimum) = policy.min_version(&self.name) {
+            let version = self.semver().map_err(|e| Error::Manifest {
+                path: PathBuf::new(),
+                reason: format!("version {:?}: {e}", self.version),
+            })?;
+            if version < *minimum {
+                return Err(Error::Downgrade {
+                    plugin: self.name.clone(),
+                    version: self.version.clone(),
+                    minimum: minimum.to_string(),
+                });
+            }
         }
+        if !policy.has_keys() {
+            return if policy.allows_unsigned() {
+                Ok(Verified {
+                    digest: actual,
+                    signed_by: None,
+                })
+            } else {
+                Err(Error::Unsigned {
+                    plugin: self.name.clone(),
+                    reason: "no trusted keys are configured (--plugin-trust-policy, --plugin-trusted-keys) and --plugin-allow-unsigned is not given".into(),
+                })
+            };
+        }
+        let signed_by = self.check_signature(policy)?;
+        Ok(Verified {
+            digest: actual,
+            signed_by: Some(signed_by),
+        })
+    }
+
+    /// The name of the key that signed this manifest, among those `policy` allows to
+    /// sign it.
+    fn check_signature(&self, policy: &TrustPolicy) -> Result<String, Error> {
         let bad = |reason: String| Error::Signature {
             plugin: self.name.clone(),
             reason,
         };
-        let Some(signature) = &self.signature else {
+        let Some(sig) = &self.signature else {
             return Err(Error::Unsigned {
                 plugin: self.name.clone(),
+                reason: "the trust policy requires a signature".into(),
             });
         };
-        let bytes: [u8; 64] = hex::decode(signature.trim())
+        let bytes: [u8; 64] = hex::decode(sig.ed25519.trim())
             .ok()
             .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| bad("not 64 bytes of hex".into()))?;
+            .ok_or_else(|| bad("ed25519 is not 64 bytes of hex".into()))?;
         let signature = Signature::from_bytes(&bytes);
-        if trusted
-            .keys
-            .iter()
-            .any(|k| k.verify(&digest, &signature).is_ok())
-        {
-            Ok(actual)
+        let message = self.signed_bytes();
+        let verifies = |k: &VerifyingKey| k.verify(&message, &signature).is_ok();
+        if let Some(k) = policy.keys_for(&self.name).find(|k| verifies(&k.key)) {
+            return Ok(k.name.clone());
+        }
+        if let Some(k) = policy.keys().iter().find(|k| verifies(&k.key)) {
+            return Err(bad(format!(
+                "signed by key {:?}, which the trust policy does not allow to sign {:?}",
+                k.name, self.name
+            )));
+        }
+        let changed: Vec<&str> = self
+            .signed_fields()
+            .into_iter()
+            .filter(|(field, value)| {
+                sig.fields
+                    .get(*field)
+                    .is_some_and(|hint| *hint != field_hint(value))
+            })
+            .map(|(field, _)| field)
+            .collect();
+        if changed.is_empty() {
+            Err(bad(format!(
+                "does not verify with any of the {} keys allowed to sign {:?}",
+                policy.keys_for(&self.name).count(),
+                self.name
+            )))
         } else {
             Err(bad(format!(
-                "does not verify with any of the {} trusted keys",
-                trusted.keys.len()
+                "{} changed since it was signed",
+                changed.join(", ")
             )))
         }
     }
 }
 
+/// What a signature records of a field's value: enough to say which changed.
+fn field_hint(value: &str) -> String {
+    hex::encode(&Sha256::digest(value.as_bytes())[..4])
+}
+
 /// Packaging: fills in the manifest at `path` with the digest of its component and,
-/// with `key`, a signature over the digest; writes it back and returns it. (Comments
-/// in the file are not kept.)
+/// with `key`, signs it; writes it back and returns it. (Comments in the file are not
+/// kept.)
 ///
 /// # Errors
 /// [`Error::Manifest`] or [`Error::Wasm`] naming the file that could not be used.
@@ -161,9 +321,11 @@ pub fn seal(path: &Path, key: Option<&SigningKey>) -> Result<Manifest, Error> {
         path: wasm_path,
         reason: e.to_string(),
     })?;
-    let digest: [u8; 32] = Sha256::digest(&wasm).into();
-    m.sha256 = hex::encode(digest);
-    m.signature = key.map(|k| hex::encode(k.sign(&digest).to_bytes()));
+    m.sha256 = digest_hex(&wasm);
+    m.signature = None;
+    if let Some(key) = key {
+        m.sign(key);
+    }
     let text = toml::to_string(&m).map_err(|e| Error::Manifest {
         path: path.into(),
         reason: e.to_string(),
@@ -223,122 +385,112 @@ pub fn digest_hex(wasm: &[u8]) -> String {
     hex::encode(Sha256::digest(wasm))
 }
 
-/// The ed25519 public keys plugins may be signed with (`--plugin-trusted-keys`).
-#[derive(Debug, Clone, Default)]
-pub struct TrustedKeys {
-    keys: Vec<VerifyingKey>,
-}
-
-impl TrustedKeys {
-    /// No keys: signatures are not required.
-    pub fn none() -> Self {
-        Self::default()
-    }
-
-    /// Whether no key is configured.
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
-    /// Parses one hex public key per line; blank lines and `#` comments are skipped.
-    ///
-    /// # Errors
-    /// [`Error::TrustedKeys`] naming the line.
-    pub fn parse(text: &str) -> Result<Self, Error> {
-        let mut keys = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.split('#').next().unwrap_or("").trim();
-            if line.is_empty() {
-                continue;
-            }
-            let key = hex::decode(line)
-                .ok()
-                .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                .and_then(|b| VerifyingKey::from_bytes(&b).ok())
-                .ok_or_else(|| Error::TrustedKeys {
-                    path: PathBuf::new(),
-                    reason: format!("line {}: not an ed25519 public key in hex", n + 1),
-                })?;
-            keys.push(key);
-        }
-        Ok(Self { keys })
-    }
-
-    /// Reads the keys file at `path`.
-    ///
-    /// # Errors
-    /// [`Error::TrustedKeys`] naming the file (and the line).
-    pub fn read(path: &Path) -> Result<Self, Error> {
-        let with_path = |reason: String| Error::TrustedKeys {
-            path: path.into(),
-            reason,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| with_path(e.to_string()))?;
-        Self::parse(&text).map_err(|e| match e {
-            Error::TrustedKeys { reason, .. } => with_path(reason),
-            other => other,
-        })
-    }
-
-    /// The keys from raw public keys (for tests and tools).
-    pub fn from_keys(keys: Vec<VerifyingKey>) -> Self {
-        Self { keys }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugins::TrustedKey;
 
     fn manifest(wasm: &[u8]) -> Manifest {
-        Manifest {
-            name: "p".into(),
-            version: "1".into(),
-            wasm: "p.wasm".into(),
-            sha256: digest_hex(wasm),
-            priority: 0,
-            config: String::new(),
-            signature: None,
-        }
+        Manifest::parse(&format!(
+            "name = \"p\"\nversion = \"1.0.0\"\nwasm = \"p.wasm\"\nsha256 = \"{}\"\n",
+            digest_hex(wasm)
+        ))
+        .unwrap()
+    }
+
+    fn policy(key: &SigningKey, plugins: &[&str]) -> TrustPolicy {
+        let mut p = TrustPolicy::none();
+        p.add_key(TrustedKey {
+            name: "vendor".into(),
+            key: key.verifying_key(),
+            plugins: plugins.iter().map(|s| s.to_string()).collect(),
+        });
+        p
     }
 
     #[test]
-    fn digest_then_signature_are_checked() {
+    fn the_signature_covers_every_field_that_changes_behaviour() {
         let wasm = b"not really wasm";
         let key = SigningKey::from_bytes(&[7; 32]);
-        let trusted = TrustedKeys::from_keys(vec![key.verifying_key()]);
+        let trusted = policy(&key, &[]);
         let mut m = manifest(wasm);
-        assert_eq!(m.verify(wasm, &TrustedKeys::none()), Ok(digest_hex(wasm)));
+        m.sign(&key);
+        assert_eq!(
+            m.verify(wasm, &trusted).map(|v| v.signed_by),
+            Ok(Some("vendor".into()))
+        );
+        type Edit = fn(&mut Manifest);
+        let tamper: [(&str, Edit); 6] = [
+            ("version", |m| m.version = "1.0.1".into()),
+            ("wit", |m| m.wit = "0.2.0".into()),
+            ("priority", |m| m.priority = 1000),
+            ("config", |m| m.config = "c9".into()),
+            ("shadow", |m| m.shadow = true),
+            ("name", |m| m.name = "q".into()),
+        ];
+        for (field, change) in tamper {
+            let mut t = m.clone();
+            change(&mut t);
+            let e = t.verify(wasm, &trusted).unwrap_err();
+            assert!(
+                matches!(&e, Error::Signature { reason, .. } if reason == &format!("{field} changed since it was signed")),
+                "{field}: {e}"
+            );
+        }
+        // A digest that does not match the component is refused before the signature.
         assert!(matches!(
             m.verify(b"other bytes", &trusted),
             Err(Error::Digest { .. })
         ));
-        assert!(matches!(
-            m.verify(wasm, &trusted),
-            Err(Error::Unsigned { .. })
-        ));
-        let digest: [u8; 32] = Sha256::digest(wasm).into();
-        m.signature = Some(hex::encode(key.sign(&digest).to_bytes()));
-        assert_eq!(m.verify(wasm, &trusted), Ok(digest_hex(wasm)));
-        let stranger = SigningKey::from_bytes(&[8; 32]);
-        m.signature = Some(hex::encode(stranger.sign(&digest).to_bytes()));
-        assert!(matches!(
-            m.verify(wasm, &trusted),
-            Err(Error::Signature { .. })
-        ));
     }
 
     #[test]
-    fn bad_names_fields_and_keys_are_refused_with_the_reason() {
-        let e =
-            Manifest::parse("name = \"Bad Name\"\nversion = \"1\"\nwasm = \"x\"\nsha256 = \"\"")
-                .unwrap_err();
+    fn keys_are_scoped_unsigned_plugins_need_leave_and_versions_a_minimum() {
+        let wasm = b"w";
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let mut m = manifest(wasm);
+        assert!(matches!(
+            m.verify(wasm, &TrustPolicy::none()),
+            Err(Error::Unsigned { .. })
+        ));
+        let unsigned_ok = TrustPolicy::none().allowing_unsigned();
+        assert_eq!(m.verify(wasm, &unsigned_ok).map(|v| v.signed_by), Ok(None));
+        assert!(matches!(
+            m.verify(wasm, &policy(&key, &[])),
+            Err(Error::Unsigned { .. })
+        ));
+        m.sign(&key);
+        let e = m.verify(wasm, &policy(&key, &["acme-*"])).unwrap_err();
+        assert!(
+            e.to_string().contains("does not allow to sign \"p\""),
+            "{e}"
+        );
+        let stranger = SigningKey::from_bytes(&[8; 32]);
+        let e = m.verify(wasm, &policy(&stranger, &[])).unwrap_err();
+        assert!(e.to_string().contains("any of the 1 keys"), "{e}");
+        let mut floor = policy(&key, &[]);
+        floor.set_min_version("p", semver::Version::new(1, 2, 0));
+        let e = m.verify(wasm, &floor).unwrap_err();
+        assert!(
+            matches!(&e, Error::Downgrade { version, minimum, .. } if version == "1.0.0" && minimum == "1.2.0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_names_versions_and_fields_are_refused_with_the_reason() {
+        let e = Manifest::parse(
+            "name = \"Bad Name\"\nversion = \"1.0.0\"\nwasm = \"x\"\nsha256 = \"\"",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("Bad Name"), "{e}");
-        let e =
-            Manifest::parse("name = \"p\"\nversion = \"1\"\nwasm = \"x\"\nsha256 = \"\"\nshaa = 1")
-                .unwrap_err();
+        let e = Manifest::parse("name = \"p\"\nversion = \"1\"\nwasm = \"x\"\nsha256 = \"\"")
+            .unwrap_err();
+        assert!(e.to_string().contains("version \"1\""), "{e}");
+        let e = Manifest::parse(
+            "name = \"p\"\nversion = \"1.0.0\"\nwasm = \"x\"\nsha256 = \"\"\nshaa = 1",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("shaa"), "{e}");
-        let e = TrustedKeys::parse("# ops team\n\nzz\n").unwrap_err();
-        assert!(e.to_string().contains("line 3"), "{e}");
     }
 }

@@ -18,6 +18,7 @@ mod manifest;
 mod runtime;
 mod set;
 mod slot;
+mod trust;
 mod wasi;
 mod worker;
 
@@ -29,13 +30,14 @@ pub use contract::{default_verdict, enforce, Verdict, Violation};
 pub use directory::{Changes, PluginDir};
 pub use host::{cluster, PluginHost, PluginsReport, Refusal};
 pub use host_state::{Bounds, LimitExceeded, MeshView};
-pub use loader::Loader;
+pub use loader::{read_package, Loader, Read, MAX_COMPONENT_BYTES};
 pub use manifest::{
-    digest_hex, generate_signing_key, read_signing_key, seal, Manifest, TrustedKeys,
+    digest_hex, generate_signing_key, read_signing_key, seal, Manifest, ManifestSignature, Verified,
 };
 pub use runtime::{CallError, Instance, Prepared, Runtime};
 pub use set::{Answer, PluginSet};
 pub use slot::{Isolation, LoadedPlugin, PluginStatus, Record};
+pub use trust::{TrustPolicy, TrustedKey};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -117,16 +119,17 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// The trusted keys file cannot be read or parsed.
-    #[error("bad trusted keys file {path}: {reason}")]
-    TrustedKeys {
+    /// The trust policy (or trusted keys) file cannot be read or parsed.
+    #[error("bad plugin trust policy {path}: {reason}")]
+    TrustPolicy {
         /// The file.
         path: PathBuf,
-        /// Why (with the line).
+        /// Why (naming the entry or line).
         reason: String,
     },
-    /// The component file cannot be read.
-    #[error("cannot read plugin {plugin:?} component {path}: {reason}")]
+    /// The component file cannot be used: outside the plugin directory, not a regular
+    /// file, too large, or unreadable.
+    #[error("plugin {plugin:?} refused: wasm {path}: {reason}")]
     Wasm {
         /// The plugin.
         plugin: String,
@@ -145,18 +148,41 @@ pub enum Error {
         /// The file's.
         actual: String,
     },
-    /// Trusted keys are configured and the manifest carries no signature.
-    #[error("plugin {plugin:?} refused: unsigned, and --plugin-trusted-keys requires a signature")]
+    /// The component exports another WIT version than its manifest says.
+    #[error("plugin {plugin:?} refused: wit: the manifest says {manifest}, the component exports {component}")]
+    Wit {
+        /// The plugin.
+        plugin: String,
+        /// The manifest's `wit`.
+        manifest: String,
+        /// What the component exports.
+        component: String,
+    },
+    /// The version is below the trust policy's minimum for this plugin.
+    #[error("plugin {plugin:?} refused: version {version} is below the trust policy's min_version {minimum} (no downgrade)")]
+    Downgrade {
+        /// The plugin.
+        plugin: String,
+        /// The manifest's version.
+        version: String,
+        /// The policy's minimum.
+        minimum: String,
+    },
+    /// The manifest carries no signature and unsigned plugins are not allowed.
+    #[error("plugin {plugin:?} refused: unsigned: {reason}")]
     Unsigned {
         /// The plugin.
         plugin: String,
+        /// Why a signature is needed.
+        reason: String,
     },
-    /// The signature is malformed or verifies with no trusted key.
+    /// The signature is malformed, does not cover the manifest as it stands, or was
+    /// made by a key not allowed to sign this plugin.
     #[error("plugin {plugin:?} refused: bad signature: {reason}")]
     Signature {
         /// The plugin.
         plugin: String,
-        /// Why.
+        /// Why (naming the changed field when it can).
         reason: String,
     },
     /// The compile cache directory cannot be used.
@@ -189,6 +215,21 @@ impl Error {
     fn engine(e: impl std::fmt::Display) -> Self {
         Error::Engine {
             reason: e.to_string(),
+        }
+    }
+
+    /// The same error naming the file `path`, for the errors about a file read.
+    fn with_path(self, path: &std::path::Path) -> Self {
+        match self {
+            Error::Manifest { reason, .. } => Error::Manifest {
+                path: path.into(),
+                reason,
+            },
+            Error::TrustPolicy { reason, .. } => Error::TrustPolicy {
+                path: path.into(),
+                reason,
+            },
+            other => other,
         }
     }
 }

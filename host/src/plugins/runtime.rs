@@ -78,6 +78,14 @@ impl Runtime {
         })
     }
 
+    /// The `weft:plugin` version `component` exports its hooks at (`0.1.0`), if any.
+    pub fn exported_wit(&self, component: &Component) -> Option<String> {
+        component
+            .component_type()
+            .exports(&self.engine)
+            .find_map(|(name, _)| name.strip_prefix("weft:plugin/hooks@").map(str::to_owned))
+    }
+
     /// Checks `component` once against the host's imports and the contract's
     /// exports, for plugin `name`: what makes later instantiations fast.
     ///

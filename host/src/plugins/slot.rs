@@ -30,12 +30,37 @@ pub struct LoadedPlugin {
     pub version: String,
     /// The sha256 of its `.wasm`, hex.
     pub digest: String,
+    /// The `weft:plugin` version it exports.
+    pub wit: String,
     /// Higher runs first.
     pub priority: i32,
     /// The config string handed to `init`.
     pub config: String,
+    /// Runs beside the live plugin of the same name; never acted on.
+    pub shadow: bool,
+    /// The trusted key that signed its manifest; `None` when loaded unsigned.
+    pub signed_by: Option<String>,
     /// The compiled component.
     pub component: Component,
+}
+
+impl LoadedPlugin {
+    /// Plugin `name` from `component`, with the defaults of a manifest that sets only
+    /// name and component: version 0.0.0, WIT 0.1.0, priority 0, empty config, live,
+    /// unsigned, digest unknown (`-`).
+    pub fn new(name: &str, component: Component) -> Self {
+        Self {
+            name: name.into(),
+            version: "0.0.0".into(),
+            digest: "-".into(),
+            wit: "0.1.0".into(),
+            priority: 0,
+            config: String::new(),
+            shadow: false,
+            signed_by: None,
+            component,
+        }
+    }
 }
 
 /// What `weftd status` shows of a plugin.
@@ -47,6 +72,12 @@ pub struct PluginStatus {
     pub version: String,
     /// The sha256 of its `.wasm`.
     pub digest: String,
+    /// The `weft:plugin` version it exports.
+    #[serde(default)]
+    pub wit: String,
+    /// The trusted key that signed it; `None` when loaded unsigned.
+    #[serde(default)]
+    pub signed_by: Option<String>,
     /// Its priority.
     pub priority: i32,
     /// Hook calls made.
@@ -165,6 +196,8 @@ impl Record {
             name: plugin.name.clone(),
             version: plugin.version.clone(),
             digest: plugin.digest.clone(),
+            wit: plugin.wit.clone(),
+            signed_by: plugin.signed_by.clone(),
             priority: plugin.priority,
             calls: self.calls,
             failures: self.failures,

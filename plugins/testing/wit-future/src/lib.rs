@@ -1,13 +1,13 @@
-//! Built against `weft:plugin@0.2.0` (a copy of the contract with another version):
-//! the agent, which speaks 0.1.0, must refuse it and say why.
+//! Built against `weft:plugin@0.99.0` (a copy of the contract with a future version):
+//! the agent, which does not speak it, must refuse it and say why.
 
 wit_bindgen::generate!({ path: "wit", world: "plugin" });
 
 use exports::weft::plugin::hooks::{Cluster, Decision, Guest, RegenerationRequest};
 
-struct V2;
+struct Future;
 
-impl Guest for V2 {
+impl Guest for Future {
     fn init(_config: String) -> Result<(), String> {
         Ok(())
     }
@@ -21,4 +21,4 @@ impl Guest for V2 {
     }
 }
 
-export!(V2);
+export!(Future);
