@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft::plugins::{
-    digest_hex, enforce, ClusterSync, CompileCache, Config, Decision, EndpointKind, Isolation,
-    LoadedPlugin, PluginSet, RegenerationRequest, Runtime, Wait,
+    digest_hex, enforce, Barrier, ClusterSync, CompileCache, Config, Decision, Endpoint,
+    EndpointKind, Isolation, LoadedPlugin, PluginSet, RegenerationReason, RegenerationRequest,
+    Runtime, Wait,
 };
 
 const CALLS: usize = 200_000;
@@ -19,20 +20,29 @@ const LOADS: usize = 50;
 #[inline(never)]
 fn native_policy(request: &RegenerationRequest) -> Decision {
     let mut timeout_ms = request.default_timeout_ms;
-    if request.endpoint == EndpointKind::Host && request.ipsec {
+    if request.endpoint.kind == EndpointKind::Host && request.ipsec {
         timeout_ms = timeout_ms.min(5_000);
     }
     Decision::Wait(Wait {
         timeout_ms,
-        barriers: vec!["ipcache".into(), "identities".into()],
+        barriers: vec![Barrier::Ipcache, Barrier::Identities],
         clusters: vec![],
     })
 }
 
 fn request() -> RegenerationRequest {
     RegenerationRequest {
-        endpoint: EndpointKind::Workload,
-        restoring: true,
+        endpoint: Endpoint {
+            kind: EndpointKind::Workload,
+            identity: 70_000,
+            namespace: "default".into(),
+            name: "web-0".into(),
+            labels: vec![
+                "k8s:app=web".into(),
+                "k8s:io.kubernetes.pod.namespace=default".into(),
+            ],
+        },
+        reason: RegenerationReason::Restore,
         ipsec: false,
         wireguard: false,
         default_timeout_ms: 60_000,
@@ -122,7 +132,7 @@ fn main() {
     let max_wait = rt.config().max_wait;
     let native_enforced = sample(CALLS, || {
         let d = native_policy(std::hint::black_box(&req));
-        std::hint::black_box(enforce(d, max_wait).unwrap());
+        std::hint::black_box(enforce(d, max_wait));
     });
     // The clock's own cost, included in every sample above.
     let clock = sample(CALLS, || {});

@@ -8,7 +8,7 @@ use crate::kvstore::{self, Endpoints};
 use crate::model::{Node, NodeAddress};
 use crate::node::{run_registration, NodeId, Registration};
 use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustPolicy};
-use crate::regeneration::{self, wait_for_regeneration, Endpoint, RegenerationConfig};
+use crate::regeneration::{self, wait_for_regeneration, RegenerationConfig};
 use crate::state::{run_local_kvstore, State};
 use crate::wireguard::{self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync};
 use std::future::Future;
@@ -192,6 +192,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 .as_ref()
                 .is_some_and(|w| w.wait_for_remote_nodes),
             timeout: config.ip_identities_sync_timeout,
+            plugins: plugin_host.clone(),
+            plugins_loaded: plugins_loaded.clone(),
         };
         tasks.spawn(gate.collect(wg.peers.clone()));
     }
@@ -232,11 +234,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             // present at start are loaded.
             m.config_dir_synced().await;
             let _ = loaded.wait_for(|l| *l).await;
-            let endpoint = Endpoint {
-                kind: plugins::EndpointKind::Host,
-                restoring: true,
-            };
-            let outcome = wait_for_regeneration(&m, &host, regeneration, endpoint).await;
+            let outcome = wait_for_regeneration(
+                &m,
+                &host,
+                regeneration,
+                regeneration::host_endpoint(),
+                plugins::RegenerationReason::Restore,
+            )
+            .await;
             let decided_by = outcome.answer.decided_by.as_deref().unwrap_or("built-in default");
             let verdict = &outcome.answer.verdict;
             match outcome.result {
@@ -330,12 +335,17 @@ async fn switch_native(dp: NodeDatapath) {
 /// every remote cluster's nodes and ipcache entries are in (a disconnected or removed
 /// cluster counts as done). Until then a restored peer may be the only way to a remote
 /// node whose record has not arrived: removing it is the outage of the seed note.
+///
+/// Then the plugins' peer-gc-policy may hold the removal back, for a time the host
+/// clamps (a vendor that knows its remote nodes re-register slowly).
 struct GarbageGate {
     mesh: ClusterMesh,
     config_dir: bool,
     local_nodes: watch::Receiver<bool>,
     wait: bool,
     timeout: Duration,
+    plugins: PluginHost,
+    plugins_loaded: watch::Receiver<bool>,
 }
 
 impl GarbageGate {
@@ -365,11 +375,50 @@ impl GarbageGate {
         } else {
             tracing::warn!("restored WireGuard peers collected without waiting for the remote nodes (the wait is disabled)");
         }
+        self.ask_plugins(&peers).await;
         match tokio::task::spawn_blocking(move || peers.collect_garbage()).await {
             Ok(r) => {
                 tracing::info!(kept = r.kept.len(), removed = ?r.removed, trimmed = ?r.trimmed, "restored WireGuard peers collected")
             }
             Err(e) => tracing::error!(error = %e, "WireGuard garbage collection task failed"),
+        }
+    }
+
+    /// Asks the peer-gc-policy about the restored peers collection would remove, and
+    /// holds as it decides.
+    async fn ask_plugins(&mut self, peers: &Arc<PeerSync>) {
+        let _ = self.plugins_loaded.wait_for(|loaded| *loaded).await;
+        let p = peers.clone();
+        let garbage = tokio::task::spawn_blocking(move || p.garbage())
+            .await
+            .unwrap_or_default();
+        if garbage.is_empty() {
+            return;
+        }
+        let request = plugins::PeerGcRequest {
+            peers: garbage
+                .into_iter()
+                .map(|(public_key, allowed_ips)| plugins::RestoredPeer {
+                    public_key,
+                    allowed_ips,
+                })
+                .collect(),
+            clusters: self
+                .mesh
+                .status()
+                .iter()
+                .map(regeneration::cluster_sync)
+                .collect(),
+        };
+        let answer = self.plugins.peer_gc_policy(request).await;
+        let decided_by = answer.decided_by.as_deref().unwrap_or("built-in default");
+        if let plugins::PeerGcVerdict::Hold(hold) = answer.verdict {
+            tracing::info!(
+                decided_by,
+                ?hold,
+                "restored WireGuard peers held back by the peer-gc policy"
+            );
+            tokio::time::sleep(hold).await;
         }
     }
 }

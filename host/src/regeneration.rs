@@ -2,17 +2,25 @@
 //! asked, bounded by the host, then carried out on the mesh's barriers.
 
 use crate::clustermesh::{ClusterMesh, ClusterStatus, SyncReport, SyncTimeout};
-use crate::plugins::{Answer, ClusterSync, EndpointKind, PluginHost, RegenerationRequest, Verdict};
+use crate::identity::Reserved;
+use crate::plugins::{
+    Answer, ClusterSync, EndpointKind, PluginHost, RegenerationReason, RegenerationRequest, Verdict,
+};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// The endpoint being regenerated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Endpoint {
-    /// The host endpoint or a workload.
-    pub kind: EndpointKind,
-    /// Restoring after an agent restart.
-    pub restoring: bool,
+pub use crate::plugins::Endpoint;
+
+/// The host endpoint, as the policy sees it: the reserved `host` identity and its
+/// label, no namespace or name.
+pub fn host_endpoint() -> Endpoint {
+    Endpoint {
+        kind: EndpointKind::Host,
+        identity: Reserved::Host.id(),
+        namespace: String::new(),
+        name: String::new(),
+        labels: vec![format!("reserved:{}", Reserved::Host.name())],
+    }
 }
 
 /// The node's encryption and the configured default wait.
@@ -47,23 +55,25 @@ pub fn cluster_sync(s: &ClusterStatus) -> ClusterSync {
     }
 }
 
-/// Asks the policy for `endpoint` and waits as it decides. The wait is bounded by the
-/// verdict's timeout, which the host has already clamped.
+/// Asks the policy for `endpoint`, regenerated for `reason`, and waits as it decides.
+/// The wait is bounded by the verdict's timeout, which the host has already clamped.
 pub async fn wait_for_regeneration(
     mesh: &ClusterMesh,
     plugins: &PluginHost,
     config: RegenerationConfig,
     endpoint: Endpoint,
+    reason: RegenerationReason,
 ) -> WaitOutcome {
+    let kind = endpoint.kind;
     let request = RegenerationRequest {
-        endpoint: endpoint.kind,
-        restoring: endpoint.restoring,
+        endpoint,
+        reason,
         ipsec: config.ipsec,
         wireguard: config.wireguard,
         default_timeout_ms: u64::try_from(config.default_timeout.as_millis()).unwrap_or(u64::MAX),
         clusters: mesh.status().iter().map(cluster_sync).collect(),
     };
-    tracing::info!(endpoint = ?endpoint.kind, "asking the regeneration policy");
+    tracing::info!(endpoint = ?kind, ?reason, "asking the regeneration policy");
     let answer = plugins.regeneration_policy(request).await;
     let result = match &answer.verdict {
         Verdict::Wait {
@@ -72,7 +82,7 @@ pub async fn wait_for_regeneration(
             clusters,
         } => {
             tracing::info!(
-                endpoint = ?endpoint.kind,
+                endpoint = ?kind,
                 decided_by = answer.decided_by.as_deref().unwrap_or("built-in default"),
                 ?timeout,
                 ?barriers,

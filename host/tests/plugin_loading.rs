@@ -87,14 +87,7 @@ fn put_manifest(
 }
 
 fn request(clusters: Vec<weft::plugins::ClusterSync>) -> RegenerationRequest {
-    RegenerationRequest {
-        endpoint: EndpointKind::Workload,
-        restoring: true,
-        ipsec: false,
-        wireguard: false,
-        default_timeout_ms: 60_000,
-        clusters,
-    }
+    support::request(EndpointKind::Workload, false, clusters)
 }
 
 fn pending(name: &str) -> weft::plugins::ClusterSync {
@@ -228,7 +221,7 @@ async fn a_missing_export_and_another_wit_version_are_refused_saying_which() {
     p.put("no-policy", "test_missing_export", "1.0.0", 0, "");
     let v = p.put("future", "test_wit_future", "1.0.0", 0, "");
     let text = std::fs::read_to_string(&v).unwrap();
-    std::fs::write(&v, text.replace("wit = \"0.1.0\"", "wit = \"0.99.0\"")).unwrap();
+    std::fs::write(&v, text + "wit = \"0.99.0\"\n").unwrap();
     p.follow.reconcile().await;
     let e = p.refusal("no-policy.toml");
     assert!(
@@ -586,13 +579,15 @@ async fn without_keys_unsigned_plugins_load_only_when_allowed_and_a_wrong_wit_is
 
     let mut lax = Plugins::new(TrustPolicy::none().allowing_unsigned());
     lax.put("p", "regeneration_policy", "1.0.0", 0, "");
-    lax.put("future", "test_wit_future", "1.0.0", 0, "");
+    let future = lax.put("future", "test_wit_future", "1.0.0", 0, "");
+    let text = std::fs::read_to_string(&future).unwrap();
+    std::fs::write(&future, text + "wit = \"0.2.0\"\n").unwrap();
     lax.follow.reconcile().await;
     assert_eq!(lax.report().loaded[0].signed_by, None);
     assert!(lax.report().trust.contains("unsigned plugins allowed"));
     let e = lax.refusal("future.toml");
     assert!(
-        e.contains("wit: the manifest says 0.1.0, the component exports weft:plugin/hooks@0.99.0"),
+        e.contains("wit: the manifest says 0.2.0, the component exports weft:plugin/hooks@0.99.0"),
         "{e}"
     );
 }

@@ -30,14 +30,7 @@ fn plugin(rt: &Runtime, name: &str, file: &str, priority: i32, config: &str) -> 
 }
 
 fn request() -> RegenerationRequest {
-    RegenerationRequest {
-        endpoint: EndpointKind::Host,
-        restoring: true,
-        ipsec: false,
-        wireguard: false,
-        default_timeout_ms: 60_000,
-        clusters: vec![],
-    }
+    support::request(EndpointKind::Host, false, vec![])
 }
 
 fn cluster(name: &str) -> Cluster {

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use weft::clustermesh::Resource;
 use weft::plugins::{
-    enforce, CallError, Cluster, ClusterSync, Config, Decision, EndpointKind, Isolation,
-    LoadedPlugin, PluginSet, RegenerationRequest, ResourceCounts, Runtime, Verdict, Violation,
-    Wait,
+    enforce, enforce_peer_gc, Barrier, CallError, Cluster, ClusterSync, Config, Decision,
+    EndpointKind, Isolation, LoadedPlugin, PeerGcRequest, PeerGcVerdict, PluginSet,
+    RegenerationRequest, ResourceCounts, RestoredPeer, Runtime, Verdict, Violation, Wait,
 };
 
 mod support;
@@ -38,14 +38,7 @@ fn instance(
 }
 
 fn request(endpoint: EndpointKind, ipsec: bool) -> RegenerationRequest {
-    RegenerationRequest {
-        endpoint,
-        restoring: true,
-        ipsec,
-        wireguard: false,
-        default_timeout_ms: 60_000,
-        clusters: vec![],
-    }
+    support::request(endpoint, ipsec, vec![])
 }
 
 #[test]
@@ -58,7 +51,7 @@ fn the_shipped_regeneration_policy_follows_the_established_defaults() {
     let wait = |ms: u64| {
         Decision::Wait(Wait {
             timeout_ms: ms,
-            barriers: vec!["ipcache".into(), "identities".into()],
+            barriers: vec![Barrier::Ipcache, Barrier::Identities],
             clusters: vec![],
         })
     };
@@ -89,7 +82,7 @@ fn the_shipped_regeneration_policy_follows_the_established_defaults() {
         Duration::from_secs(300),
     );
     assert_eq!(
-        verdict.unwrap(),
+        verdict,
         weft::plugins::default_verdict(true, true, Duration::from_secs(60))
     );
 }
@@ -121,31 +114,40 @@ fn decisions_outside_the_contract_are_bounded_or_refused() {
     let component = rt.compile(&wasm("test_out_of_bounds")).unwrap();
     let max = rt.config().max_wait;
     let mut forever = rt
-        .instantiate("forever", &component, "forever", no_mesh())
+        .instantiate("forever", &component, "", no_mesh())
         .unwrap();
     let decision = forever
         .regeneration_policy(&request(EndpointKind::Workload, false))
         .unwrap();
     assert_eq!(
         enforce(decision, max),
-        Ok(Verdict::Wait {
+        Verdict::Wait {
             timeout: max,
             barriers: vec![Resource::IpCache],
             clusters: vec![]
-        })
+        }
     );
-    let mut unknown = rt
-        .instantiate("unknown", &component, "unknown-barrier", no_mesh())
-        .unwrap();
-    let decision = unknown
-        .regeneration_policy(&request(EndpointKind::Workload, false))
-        .unwrap();
+    let hold = forever.peer_gc_policy(&peer_gc_request()).unwrap();
+    assert_eq!(enforce_peer_gc(hold, max), PeerGcVerdict::Hold(max));
+    // A 0.1.0 plugin can name a barrier that does not exist: refused by the adapter.
+    let old = rt.compile(&wasm("test_v0_1")).unwrap();
+    let mut unknown = rt.instantiate("old", &old, "pods", no_mesh()).unwrap();
     assert_eq!(
-        enforce(decision, max),
-        Err(Violation::UnknownBarrier {
+        unknown.regeneration_policy(&request(EndpointKind::Workload, false)),
+        Err(CallError::Contract(Violation::UnknownBarrier {
             name: "pods".into()
-        })
+        }))
     );
+}
+
+fn peer_gc_request() -> PeerGcRequest {
+    PeerGcRequest {
+        peers: vec![RestoredPeer {
+            public_key: "k".into(),
+            allowed_ips: vec!["10.2.0.0/24".into()],
+        }],
+        clusters: vec![],
+    }
 }
 
 #[test]

@@ -679,3 +679,103 @@ async fn a_restored_peer_of_a_cluster_removed_while_frozen_goes_once_the_cluster
     assert!(peers(&s).is_empty(), "{s}");
     e2.resume();
 }
+
+/// The time of the first JSON log line containing `needle`.
+fn logged_at(log: &str, needle: &str) -> Option<std::time::SystemTime> {
+    let line = log.lines().find(|l| l.contains(needle))?;
+    let v: Value = serde_json::from_str(line).ok()?;
+    humantime::parse_rfc3339_weak(v["timestamp"].as_str()?.trim_end_matches('Z')).ok()
+}
+
+/// A restored peer no node claims any more, with the peer-gc-policy holding it back
+/// for `hold` (none: the control, no plugin): the time from "may go" to "collected".
+async fn restored_orphan_collected_after(test: &str, hold: Option<Duration>) -> Option<Duration> {
+    let Some(OneAgent {
+        agent, flags, e2, ..
+    }) = &mut one_agent(test).await
+    else {
+        return None;
+    };
+    let key = wireguard_control::Key([9; 32]).to_base64();
+    e2.put(
+        "cilium/state/nodes/v1/cluster2/n1",
+        &node_json("n1", "10.100.1.1", &key),
+    )
+    .await;
+    support::write_config_file(agent.mesh_dir.path(), "cluster2", &e2.url());
+    eventually("a peer for n1", Duration::from_secs(30), || {
+        let s = agent.status_json()?;
+        (peers(&s).len() == 1).then_some(())
+    })
+    .await;
+    // n1 leaves while the agent is down: after the restart its peer is an orphan.
+    let plugins = tempfile::tempdir().unwrap();
+    let vendor = support::agent::VendorKey::new();
+    let mut flags = flags.clone();
+    if let Some(hold) = hold {
+        support::agent::package(
+            plugins.path(),
+            "hold",
+            "test_peer_gc_hold",
+            "1.0.0",
+            0,
+            &vendor.key,
+        );
+        let manifest = plugins.path().join("hold.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        std::fs::write(
+            &manifest,
+            text.replace(
+                "config = \"\"",
+                &format!("config = \"{}\"", hold.as_millis()),
+            ),
+        )
+        .unwrap();
+        support::agent::weftd(&[
+            "plugin".as_ref(),
+            "sign".as_ref(),
+            manifest.as_os_str(),
+            "--key".as_ref(),
+            vendor.key.as_os_str(),
+        ]);
+        flags.extend([
+            "--plugin-dir".into(),
+            plugins.path().into(),
+            "--plugin-trusted-keys".into(),
+            vendor.trusted.clone().into(),
+        ]);
+    }
+    e2.delete("cilium/state/nodes/v1/cluster2/n1").await;
+    agent.restart(&refs(&flags));
+    let s = eventually("the orphan collected", Duration::from_secs(60), || {
+        agent
+            .status_json()
+            .filter(|s| !s["wireguard"]["collected"].is_null())
+    })
+    .await;
+    assert_eq!(
+        s["wireguard"]["collected"]["removed"],
+        serde_json::json!([key]),
+        "{s}"
+    );
+    let log = agent.log();
+    let restart = log.rfind("weftd running").unwrap();
+    let log = &log[restart..];
+    let may_go = logged_at(log, "restored WireGuard peers may go").unwrap();
+    let collected = logged_at(log, "restored WireGuard peers collected").unwrap();
+    let held = logged_at(log, "held back by the peer-gc policy");
+    assert_eq!(held.is_some(), hold.is_some(), "{log}");
+    Some(collected.duration_since(may_go).unwrap())
+}
+
+#[tokio::test]
+async fn a_peer_gc_plugin_holds_the_removal_of_restored_peers() {
+    let hold = Duration::from_secs(3);
+    let Some(held) = restored_orphan_collected_after("wgh", Some(hold)).await else {
+        return;
+    };
+    assert!(held >= hold, "collected {held:?} after the barriers");
+    // The control: without the plugin the orphan goes as soon as the barriers allow.
+    let unheld = restored_orphan_collected_after("wgc", None).await.unwrap();
+    assert!(unheld < hold, "collected {unheld:?} after the barriers");
+}

@@ -1,11 +1,11 @@
 //! Write a weft plugin in Rust.
 //!
-//! The bindings are generated from `wit/weft-plugin.wit` (package `weft:plugin@0.1.0`),
+//! The bindings are generated from `wit/weft-plugin.wit` (package `weft:plugin@0.2.0`),
 //! the contract the agent enforces. Implement [`Plugin`] (every hook has a default, so
 //! write only those you need) and export it with [`export_plugin!`]:
 //!
 //! ```ignore
-//! use weft_plugin_sdk::{export_plugin, log, Cluster, Decision, Plugin, RegenerationRequest, Wait};
+//! use weft_plugin_sdk::{export_plugin, log, Barrier, Cluster, Decision, Plugin, RegenerationRequest, Wait};
 //!
 //! struct OnlyNodes;
 //!
@@ -17,7 +17,7 @@
 //!     fn regeneration_policy(request: RegenerationRequest) -> Decision {
 //!         Decision::Wait(Wait {
 //!             timeout_ms: request.default_timeout_ms,
-//!             barriers: vec!["nodes".into()],
+//!             barriers: vec![Barrier::Nodes],
 //!             clusters: vec![], // every remote cluster
 //!         })
 //!     }
@@ -41,8 +41,13 @@ pub mod bindings {
 }
 
 pub use bindings::weft::plugin::types::{
-    Cluster, ClusterSync, Decision, EndpointKind, RegenerationRequest, ResourceCounts, Wait,
+    Barrier, Cluster, ClusterSync, Decision, Endpoint, EndpointKind, PeerGcDecision, PeerGcRequest,
+    RegenerationReason, RegenerationRequest, ResourceCounts, RestoredPeer, Wait,
 };
+
+/// The version of the contract this SDK builds plugins against; a plugin's manifest
+/// says it as `wit`.
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// Structured logging into the agent's log.
 pub mod log {
@@ -112,6 +117,12 @@ pub trait Plugin {
     fn regeneration_policy(_request: RegenerationRequest) -> Decision {
         Decision::NoOpinion
     }
+    /// May the restored WireGuard peers no node claims be removed now? The agent asks
+    /// once the remote nodes and ipcache entries are in; `Hold(ms)` keeps them longer
+    /// (the agent clamps it).
+    fn peer_gc_policy(_request: PeerGcRequest) -> PeerGcDecision {
+        PeerGcDecision::NoOpinion
+    }
 }
 
 /// Exports a [`Plugin`] implementation as the component's `weft:plugin/hooks`.
@@ -141,6 +152,9 @@ macro_rules! export_plugin {
             }
             fn regeneration_policy(request: $crate::RegenerationRequest) -> $crate::Decision {
                 <$plugin as $crate::Plugin>::regeneration_policy(request)
+            }
+            fn peer_gc_policy(request: $crate::PeerGcRequest) -> $crate::PeerGcDecision {
+                <$plugin as $crate::Plugin>::peer_gc_policy(request)
             }
         }
 

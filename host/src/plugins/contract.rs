@@ -1,7 +1,7 @@
 //! The host's side of each hook's contract: a plugin's answer is checked and bounded
 //! before the agent acts on it, so no plugin can make the agent wait for ever.
 
-use super::bindings::weft::plugin::types::{Decision, Wait};
+use super::bindings::weft::plugin::types::{Barrier, Decision, PeerGcDecision, Wait};
 use crate::clustermesh::Resource;
 use std::time::Duration;
 
@@ -26,7 +26,8 @@ pub enum Verdict {
 /// A decision the host refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Violation {
-    /// A barrier name that is not one of nodes, ipcache, identities, services.
+    /// A barrier name that is not one of nodes, ipcache, identities, services (a
+    /// 0.1.0 plugin; 0.2.0 names barriers by an enum).
     #[error("unknown barrier {name:?}")]
     UnknownBarrier {
         /// The name given.
@@ -34,35 +35,51 @@ pub enum Violation {
     },
 }
 
-/// Checks and bounds a plugin's decision: the timeout is clamped to `max_wait`, and
-/// barrier names must be known.
-///
-/// # Errors
-/// [`Violation`] for a decision the host refuses.
-pub fn enforce(decision: Decision, max_wait: Duration) -> Result<Verdict, Violation> {
+/// The resource a barrier stands for.
+pub fn resource(barrier: Barrier) -> Resource {
+    match barrier {
+        Barrier::Nodes => Resource::Nodes,
+        Barrier::Ipcache => Resource::IpCache,
+        Barrier::Identities => Resource::Identities,
+        Barrier::Services => Resource::Services,
+    }
+}
+
+/// Bounds a plugin's decision: the timeout is clamped to `max_wait`.
+pub fn enforce(decision: Decision, max_wait: Duration) -> Verdict {
     match decision {
-        Decision::Proceed => Ok(Verdict::Proceed),
-        Decision::NoOpinion => Ok(Verdict::NoOpinion),
+        Decision::Proceed => Verdict::Proceed,
+        Decision::NoOpinion => Verdict::NoOpinion,
         Decision::Wait(Wait {
             timeout_ms,
             barriers,
             clusters,
-        }) => {
-            let barriers = barriers
-                .into_iter()
-                .map(|name| {
-                    Resource::ALL
-                        .into_iter()
-                        .find(|r| r.name() == name)
-                        .ok_or(Violation::UnknownBarrier { name })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Verdict::Wait {
-                timeout: Duration::from_millis(timeout_ms).min(max_wait),
-                barriers,
-                clusters,
-            })
-        }
+        }) => Verdict::Wait {
+            timeout: Duration::from_millis(timeout_ms).min(max_wait),
+            barriers: barriers.into_iter().map(resource).collect(),
+            clusters,
+        },
+    }
+}
+
+/// What the agent does with restored WireGuard peers no one claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerGcVerdict {
+    /// Keep them this much longer, then remove them.
+    Hold(Duration),
+    /// Remove them now.
+    Collect,
+    /// Ask the next plugin.
+    NoOpinion,
+}
+
+/// Bounds a peer-gc decision: a hold is clamped to `max_wait`, like a regeneration
+/// wait, so no plugin keeps stale peers for ever.
+pub fn enforce_peer_gc(decision: PeerGcDecision, max_wait: Duration) -> PeerGcVerdict {
+    match decision {
+        PeerGcDecision::Hold(ms) => PeerGcVerdict::Hold(Duration::from_millis(ms).min(max_wait)),
+        PeerGcDecision::Collect => PeerGcVerdict::Collect,
+        PeerGcDecision::NoOpinion => PeerGcVerdict::NoOpinion,
     }
 }
 
@@ -87,32 +104,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timeouts_are_clamped_and_unknown_barriers_refused() {
+    fn timeouts_and_holds_are_clamped() {
         let max = Duration::from_secs(300);
         let forever = Decision::Wait(Wait {
             timeout_ms: u64::MAX,
-            barriers: vec!["nodes".into()],
+            barriers: vec![Barrier::Nodes],
             clusters: vec!["c2".into()],
         });
         assert_eq!(
             enforce(forever, max),
-            Ok(Verdict::Wait {
+            Verdict::Wait {
                 timeout: max,
                 barriers: vec![Resource::Nodes],
                 clusters: vec!["c2".into()],
-            })
+            }
         );
-        let unknown = Decision::Wait(Wait {
-            timeout_ms: 1,
-            barriers: vec!["pods".into()],
-            clusters: vec![],
-        });
+        assert_eq!(enforce(Decision::NoOpinion, max), Verdict::NoOpinion);
         assert_eq!(
-            enforce(unknown, max),
-            Err(Violation::UnknownBarrier {
-                name: "pods".into()
-            })
+            enforce_peer_gc(PeerGcDecision::Hold(u64::MAX), max),
+            PeerGcVerdict::Hold(max)
         );
-        assert_eq!(enforce(Decision::NoOpinion, max), Ok(Verdict::NoOpinion));
+        assert_eq!(
+            enforce_peer_gc(PeerGcDecision::Hold(20), max),
+            PeerGcVerdict::Hold(Duration::from_millis(20))
+        );
     }
 }

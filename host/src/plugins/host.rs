@@ -8,10 +8,11 @@
 //! and its thread is replaced: the old one is abandoned, never waited for. Installs are
 //! bounded the same way. Status is read from what each thread published, never asked.
 
-use super::set::{by_priority, step, Answer, Step};
+use super::contract::PeerGcVerdict;
+use super::set::{by_priority, step, Answer, Opinion, Step};
 use super::slot::{Context, Isolation, LoadedPlugin, PluginStatus};
 use super::worker::{Job, Start, Worker};
-use super::{Cluster, Error, MeshView, RegenerationRequest, Runtime};
+use super::{Cluster, Error, MeshView, PeerGcRequest, RegenerationRequest, Runtime};
 use crate::clustermesh::{ClusterInfo, Resource, SyncCallbacks};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -131,17 +132,40 @@ impl PluginHost {
     }
 
     /// Asks the policy hook, plugin by plugin in priority order, each for at most the
-    /// stall bound (see [`super::PluginSet`] for the rule). Never waits longer than the
-    /// stall bound per plugin; a plugin that does not answer in time counts as failed,
-    /// and the built-in default answers.
+    /// stall bound (see [`super::PluginSet`] for the rule). A plugin that does not
+    /// answer in time counts as failed, and the built-in default answers.
     pub async fn regeneration_policy(&self, request: RegenerationRequest) -> Answer {
+        let default = || Answer::default_for(&request);
+        self.ask(default, "regeneration-policy", |reply| {
+            Job::Policy(Box::new(request.clone()), reply)
+        })
+        .await
+    }
+
+    /// Asks the peer-gc-policy hook, as [`Self::regeneration_policy`]; the built-in
+    /// default collects.
+    pub async fn peer_gc_policy(&self, request: PeerGcRequest) -> Answer<PeerGcVerdict> {
+        self.ask(Answer::default_peer_gc, "peer-gc-policy", |reply| {
+            Job::PeerGc(Box::new(request.clone()), reply)
+        })
+        .await
+    }
+
+    /// The chain of a policy hook over the running plugins, each asked with `job` ahead
+    /// of its queued hooks and waited for at most the stall bound.
+    async fn ask<V: Opinion>(
+        &self,
+        default: impl Fn() -> Answer<V>,
+        hook: &str,
+        job: impl Fn(oneshot::Sender<Option<Result<V, ()>>>) -> Job,
+    ) -> Answer<V> {
         let workers = self.inner.lock().workers.clone();
         for w in workers {
             if w.quarantined(Instant::now()) {
                 continue;
             }
             let (reply, answer) = oneshot::channel();
-            if !w.push(Job::Policy(Box::new(request.clone()), reply), true) {
+            if !w.push(job(reply), true) {
                 continue; // removed or replaced meanwhile
             }
             let outcome = match tokio::time::timeout(self.inner.stall, answer).await {
@@ -149,15 +173,15 @@ impl PluginHost {
                 // Its thread was replaced while the question waited.
                 Ok(Err(_)) => Some(Err(())),
                 Err(_) => {
-                    self.inner.stalled(&w, "regeneration-policy");
+                    self.inner.stalled(&w, hook);
                     Some(Err(()))
                 }
             };
-            if let Step::Done(answer) = step(&request, &w.plugin.name, outcome) {
+            if let Step::Done(answer) = step(&default, &w.plugin.name, outcome) {
                 return answer;
             }
         }
-        Answer::default_for(&request)
+        default()
     }
 
     /// Starts `plugin` on a thread of its own, instantiates it and calls its `init`,

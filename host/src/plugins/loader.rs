@@ -85,7 +85,8 @@ impl Loader {
     }
 
     /// Checks digest, version and signature, compiles, and checks that the component
-    /// exports the WIT version its manifest says (`None` as outcome without a cache).
+    /// exports the WIT version its manifest says, if it says one (`None` as outcome
+    /// without a cache).
     ///
     /// # Errors
     /// [`Error`] naming the check that failed: digest, version, signature,
@@ -106,17 +107,17 @@ impl Loader {
             }
             None => (self.runtime.compile(wasm)?, None),
         };
-        match self.runtime.exported_wit(&component) {
-            Some(v) if v == manifest.wit => {}
-            exported => {
+        let exported = self.runtime.exported_wit(&component);
+        if let Some(said) = &manifest.wit {
+            if exported.as_ref() != Some(said) {
                 return Err(Error::Wit {
                     plugin: manifest.name,
-                    manifest: manifest.wit,
+                    manifest: said.clone(),
                     component: exported.map_or_else(
                         || "no weft:plugin/hooks".into(),
                         |v| format!("weft:plugin/hooks@{v}"),
                     ),
-                })
+                });
             }
         }
         Ok((
@@ -124,7 +125,7 @@ impl Loader {
                 name: manifest.name,
                 version: manifest.version,
                 digest: verified.digest,
-                wit: manifest.wit,
+                wit: exported.unwrap_or_default(),
                 priority: manifest.priority,
                 config: manifest.config,
                 shadow: manifest.shadow,

@@ -26,7 +26,7 @@
 //! let m = weft::plugins::Manifest::parse(
 //!     "name = \"p\"\nversion = \"1.0.0\"\nwasm = \"p.wasm\"\nsha256 = \"00\"\n",
 //! ).unwrap();
-//! assert_eq!((m.priority, m.config.as_str(), m.wit.as_str()), (0, "", "0.1.0"));
+//! assert_eq!((m.priority, m.config.as_str(), m.wit), (0, "", None));
 //! assert!(m.signature.is_none() && !m.shadow);
 //! ```
 
@@ -54,9 +54,11 @@ pub struct Manifest {
     pub wasm: PathBuf,
     /// The sha256 of the component, hex.
     pub sha256: String,
-    /// The version of `weft:plugin` the component exports.
-    #[serde(default = "default_wit")]
-    pub wit: String,
+    /// The version of `weft:plugin` the component exports. Checked against the
+    /// component when given (`weftd plugin build` writes it); the digest covers the
+    /// component, and so what it exports, either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wit: Option<String>,
     /// Higher runs first.
     #[serde(default)]
     pub priority: i32,
@@ -82,10 +84,6 @@ pub struct ManifestSignature {
     /// signature decides): it only names the field that changed when a signature fails.
     #[serde(default)]
     pub fields: BTreeMap<String, String>,
-}
-
-fn default_wit() -> String {
-    "0.1.0".into()
 }
 
 /// A manifest that passed [`Manifest::verify`].
@@ -162,7 +160,7 @@ impl Manifest {
             ("name", self.name.clone()),
             ("version", self.version.clone()),
             ("sha256", self.sha256.trim().to_ascii_lowercase()),
-            ("wit", self.wit.clone()),
+            ("wit", self.wit.clone().unwrap_or_default()),
             ("priority", self.priority.to_string()),
             ("config", self.config.clone()),
             ("shadow", self.shadow.to_string()),
@@ -422,7 +420,7 @@ mod tests {
         type Edit = fn(&mut Manifest);
         let tamper: [(&str, Edit); 6] = [
             ("version", |m| m.version = "1.0.1".into()),
-            ("wit", |m| m.wit = "0.2.0".into()),
+            ("wit", |m| m.wit = Some("0.2.0".into())),
             ("priority", |m| m.priority = 1000),
             ("config", |m| m.config = "c9".into()),
             ("shadow", |m| m.shadow = true),

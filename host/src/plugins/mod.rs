@@ -13,28 +13,33 @@ mod contract;
 mod directory;
 mod host;
 mod host_state;
+mod instance;
 mod loader;
 mod manifest;
 mod runtime;
 mod set;
 mod slot;
 mod trust;
+mod v0_1;
 mod wasi;
 mod worker;
 
 pub use bindings::weft::plugin::types::{
-    Cluster, ClusterSync, Decision, EndpointKind, RegenerationRequest, ResourceCounts, Wait,
+    Barrier, Cluster, ClusterSync, Decision, Endpoint, EndpointKind, PeerGcDecision, PeerGcRequest,
+    RegenerationReason, RegenerationRequest, ResourceCounts, RestoredPeer, Wait,
 };
+pub use bindings::VERSION as WIT_VERSION;
 pub use cache::{CacheOutcome, CompileCache};
-pub use contract::{default_verdict, enforce, Verdict, Violation};
+pub use contract::{default_verdict, enforce, enforce_peer_gc, PeerGcVerdict, Verdict, Violation};
 pub use directory::{Changes, PluginDir};
 pub use host::{cluster, PluginHost, PluginsReport, Refusal};
 pub use host_state::{Bounds, LimitExceeded, MeshView};
+pub use instance::{CallError, Instance};
 pub use loader::{read_package, Loader, Read, MAX_COMPONENT_BYTES};
 pub use manifest::{
     digest_hex, generate_signing_key, read_signing_key, seal, Manifest, ManifestSignature, Verified,
 };
-pub use runtime::{CallError, Instance, Prepared, Runtime};
+pub use runtime::{Prepared, Runtime};
 pub use set::{Answer, PluginSet};
 pub use slot::{Isolation, LoadedPlugin, PluginStatus, Record};
 pub use trust::{TrustPolicy, TrustedKey};

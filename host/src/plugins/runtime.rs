@@ -1,12 +1,10 @@
 //! One wasmtime engine for every plugin; each plugin instance in its own `Store` with a
 //! memory cap and an epoch deadline per call.
 
-use super::bindings::weft::plugin::types::{Cluster, Decision, RegenerationRequest};
-use super::bindings::{Plugin as Bindings, PluginPre as BindingsPre};
-use super::host_state::{HostState, LimitExceeded, MeshView};
-use super::wasi::BlockedPastDeadline;
+use super::bindings::{self, v0_1};
+use super::host_state::{HostState, MeshView};
+use super::instance::{CallError, Hooks, Instance};
 use super::{Config, Error};
-use crate::clustermesh::Resource;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,7 +33,11 @@ impl Runtime {
         let engine = Engine::new(&wc).map_err(Error::engine)?;
         let mut linker = Linker::new(&engine);
         super::wasi::add_to_linker(&mut linker).map_err(Error::engine)?;
-        Bindings::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+        // Both contract versions: their interfaces have distinct names (0.1 and 0.2 are
+        // not semver-compatible), so one linker serves both.
+        bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(Error::engine)?;
+        v0_1::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(Error::engine)?;
         let ticking = Arc::new(AtomicBool::new(true));
         let (e, t) = (engine.clone(), ticking.clone());
@@ -98,7 +100,10 @@ impl Runtime {
             reason: describe_instantiate(component, &e),
         };
         let pre = self.linker.instantiate_pre(component).map_err(refuse)?;
-        let pre = BindingsPre::new(pre).map_err(refuse)?;
+        let pre = match self.exported_wit(component).as_deref() {
+            Some(v0_1::VERSION) => HooksPre::V0_1(v0_1::PluginPre::new(pre).map_err(refuse)?),
+            _ => HooksPre::Current(bindings::PluginPre::new(pre).map_err(refuse)?),
+        };
         Ok(Prepared {
             name: name.into(),
             pre,
@@ -142,24 +147,16 @@ impl Runtime {
         store
             .data_mut()
             .begin_call(Instant::now() + self.config.deadline);
-        let bindings = prepared
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| Error::Instantiate {
-                plugin: name.to_string(),
-                reason: CallError::from_wasmtime(&e).to_string(),
-            })?;
-        let mut instance = Instance {
-            store,
-            bindings,
-            deadline: self.config.deadline,
-        };
-        instance.prepare();
-        let init = instance
-            .bindings
-            .weft_plugin_hooks()
-            .call_init(&mut instance.store, plugin_config);
-        match init {
+        let hooks = match &prepared.pre {
+            HooksPre::Current(pre) => pre.instantiate(&mut store).map(Hooks::Current),
+            HooksPre::V0_1(pre) => pre.instantiate(&mut store).map(Hooks::V0_1),
+        }
+        .map_err(|e| Error::Instantiate {
+            plugin: name.to_string(),
+            reason: CallError::from_wasmtime(&e).to_string(),
+        })?;
+        let mut instance = Instance::new(store, hooks, self.config.deadline);
+        match instance.init(plugin_config) {
             Ok(Ok(())) => Ok(instance),
             Ok(Err(reason)) => Err(Error::Init {
                 plugin: name.to_string(),
@@ -167,7 +164,7 @@ impl Runtime {
             }),
             Err(e) => Err(Error::Init {
                 plugin: name.to_string(),
-                reason: CallError::from_wasmtime(&e).to_string(),
+                reason: e.to_string(),
             }),
         }
     }
@@ -177,7 +174,14 @@ impl Runtime {
 #[derive(Clone)]
 pub struct Prepared {
     name: Arc<str>,
-    pre: BindingsPre<HostState>,
+    pre: HooksPre,
+}
+
+/// A component checked against one version of the contract.
+#[derive(Clone)]
+enum HooksPre {
+    Current(bindings::PluginPre<HostState>),
+    V0_1(v0_1::PluginPre<HostState>),
 }
 
 impl std::fmt::Debug for Prepared {
@@ -194,12 +198,13 @@ impl Drop for Runtime {
     }
 }
 
-fn ticks(d: Duration) -> u64 {
+/// A deadline in epoch ticks.
+pub(crate) fn ticks(d: Duration) -> u64 {
     (d.as_millis() / TICK.as_millis()).max(1) as u64 + 1
 }
 
 /// The functions of `weft:plugin/hooks`, as the WIT names them.
-const HOOKS: [&str; 7] = [
+const HOOKS: [&str; 8] = [
     "init",
     "on-identities-synced",
     "on-nodes-synced",
@@ -207,6 +212,7 @@ const HOOKS: [&str; 7] = [
     "on-services-synced",
     "on-cluster-disconnected",
     "regeneration-policy",
+    "peer-gc-policy",
 ];
 
 /// Says what does not fit: another WIT version, a missing interface, missing
@@ -231,7 +237,8 @@ fn describe_instantiate(component: &Component, e: &wasmtime::Error) -> String {
             denied.join(", ")
         );
     }
-    let ours = "weft:plugin/hooks@0.1.0";
+    let ours = format!("weft:plugin/hooks@{}", bindings::VERSION);
+    let ours_old = format!("weft:plugin/hooks@{}", v0_1::VERSION);
     let ty = component.component_type();
     let exports: Vec<(String, ComponentItem)> = ty
         .exports(engine)
@@ -241,155 +248,33 @@ fn describe_instantiate(component: &Component, e: &wasmtime::Error) -> String {
         .iter()
         .find(|(n, _)| n.starts_with("weft:plugin/hooks@"))
     {
-        Some((other, _)) if other != ours => {
+        Some((other, _)) if *other != ours && *other != ours_old => {
             format!(
-                "incompatible WIT version: the plugin exports {other}, this agent speaks {ours}"
+                "incompatible WIT version: the plugin exports {other}, this agent speaks {ours} and {ours_old}"
             )
         }
         None => {
             let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
             format!("missing export {ours} (the plugin exports {names:?})")
         }
-        Some((_, ComponentItem::ComponentInstance(hooks))) => {
+        Some((exported, ComponentItem::ComponentInstance(hooks))) => {
             let present: Vec<&str> = hooks.exports(engine).map(|(n, _)| n).collect();
-            let missing: Vec<&str> = HOOKS.into_iter().filter(|h| !present.contains(h)).collect();
-            if missing.is_empty() {
-                format!("{ours} does not match the contract: {e:#}")
+            let expected = if *exported == ours {
+                &HOOKS[..]
             } else {
-                format!("missing export {} in {ours}", missing.join(", "))
+                &HOOKS[..7] // 0.1.0 has no peer-gc-policy
+            };
+            let missing: Vec<&str> = expected
+                .iter()
+                .copied()
+                .filter(|h| !present.contains(h))
+                .collect();
+            if missing.is_empty() {
+                format!("{exported} does not match the contract: {e:#}")
+            } else {
+                format!("missing export {} in {exported}", missing.join(", "))
             }
         }
-        Some(_) => format!("{ours} is not an interface instance: {e:#}"),
-    }
-}
-
-/// How one call failed. The instance that failed is not used again.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
-    /// The call ran past its deadline.
-    #[error("deadline exceeded")]
-    Deadline,
-    /// The plugin hit its memory cap.
-    #[error("memory cap exceeded")]
-    MemoryCap,
-    /// The plugin went past a host-side bound (log bytes, metric names, host
-    /// resources, table elements).
-    #[error("limit exceeded: {what}")]
-    Limit {
-        /// Which bound, and its value.
-        what: String,
-    },
-    /// The plugin trapped.
-    #[error("trap: {reason}")]
-    Trap {
-        /// wasmtime's description.
-        reason: String,
-    },
-}
-
-impl CallError {
-    pub(crate) fn from_wasmtime(e: &wasmtime::Error) -> Self {
-        if matches!(e.downcast_ref(), Some(wasmtime::Trap::Interrupt))
-            || e.downcast_ref::<BlockedPastDeadline>().is_some()
-        {
-            return CallError::Deadline;
-        }
-        if let Some(limit) = e.downcast_ref::<LimitExceeded>() {
-            return CallError::Limit {
-                what: limit.to_string(),
-            };
-        }
-        if let Some(wasmtime::component::ResourceTableError::Full) = e.downcast_ref() {
-            return CallError::Limit {
-                what: "host resources (WASI handles) over their limit".into(),
-            };
-        }
-        // wasmtime says these in words only (`StoreLimits` with trap_on_grow_failure).
-        let text = format!("{e:#}");
-        if text.contains("forcing trap when growing memory") {
-            CallError::MemoryCap
-        } else if text.contains("forcing trap when growing table") {
-            CallError::Limit {
-                what: "table elements over their limit".into(),
-            }
-        } else {
-            CallError::Trap { reason: text }
-        }
-    }
-}
-
-/// A live plugin instance: one `Store`, one component instance.
-pub struct Instance {
-    store: Store<HostState>,
-    bindings: Bindings,
-    deadline: Duration,
-}
-
-impl Instance {
-    fn prepare(&mut self) {
-        self.store.set_epoch_deadline(ticks(self.deadline));
-        self.store
-            .data_mut()
-            .begin_call(Instant::now() + self.deadline);
-    }
-
-    /// Log lines beyond the budget in the last call (dropped, not logged).
-    pub fn dropped_logs(&self) -> u32 {
-        self.store.data().dropped_logs()
-    }
-
-    /// Counters the plugin reported.
-    pub fn counters(&self) -> &std::collections::BTreeMap<String, u64> {
-        &self.store.data().counters
-    }
-
-    /// The counters, when they changed since the last time this was asked.
-    pub fn counters_if_changed(&mut self) -> Option<&std::collections::BTreeMap<String, u64>> {
-        let state = self.store.data_mut();
-        std::mem::take(&mut state.counters_changed).then_some(&state.counters)
-    }
-
-    /// Calls the policy hook.
-    ///
-    /// # Errors
-    /// [`CallError`] when the call trapped, ran out of time or memory.
-    pub fn regeneration_policy(
-        &mut self,
-        request: &RegenerationRequest,
-    ) -> Result<Decision, CallError> {
-        self.prepare();
-        self.bindings
-            .weft_plugin_hooks()
-            .call_regeneration_policy(&mut self.store, request)
-            .map_err(|e| CallError::from_wasmtime(&e))
-    }
-
-    /// Calls the "synced" hook of `resource`.
-    ///
-    /// # Errors
-    /// [`CallError`] when the call trapped, ran out of time or memory.
-    pub fn on_synced(&mut self, resource: Resource, cluster: &Cluster) -> Result<(), CallError> {
-        self.prepare();
-        let hooks = self.bindings.weft_plugin_hooks();
-        let store = &mut self.store;
-        match resource {
-            Resource::Nodes => hooks.call_on_nodes_synced(store, cluster),
-            Resource::IpCache => hooks.call_on_ipcache_synced(store, cluster),
-            Resource::Identities => hooks.call_on_identities_synced(store, cluster),
-            Resource::Services => hooks.call_on_services_synced(store, cluster),
-        }
-        .map_err(|e| CallError::from_wasmtime(&e))
-    }
-
-    /// Calls the "cluster disconnected" hook.
-    ///
-    /// # Errors
-    /// [`CallError`] when the call trapped, ran out of time or memory.
-    pub fn on_cluster_disconnected(&mut self, cluster: &Cluster) -> Result<(), CallError> {
-        self.prepare();
-        self.bindings
-            .weft_plugin_hooks()
-            .call_on_cluster_disconnected(&mut self.store, cluster)
-            .map_err(|e| CallError::from_wasmtime(&e))
+        Some((exported, _)) => format!("{exported} is not an interface instance: {e:#}"),
     }
 }

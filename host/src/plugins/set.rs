@@ -9,22 +9,52 @@
 //!   built-in default ([`default_verdict`]) decides; a plugin whose call fails makes
 //!   the built-in default answer.
 
-use super::contract::{default_verdict, Verdict};
+use super::contract::{default_verdict, PeerGcVerdict, Verdict};
 use super::host_state::MeshView;
 use super::runtime::Runtime;
 use super::slot::{Context, Isolation, LoadedPlugin, PluginStatus, Slot};
-use super::{Cluster, EndpointKind, RegenerationRequest};
+use super::{Cluster, EndpointKind, PeerGcRequest, RegenerationRequest};
 use crate::clustermesh::Resource;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How a policy question was answered.
+/// How a policy question was answered: a regeneration [`Verdict`], or a
+/// [`PeerGcVerdict`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub struct Answer<V = Verdict> {
     /// What the agent does.
-    pub verdict: Verdict,
+    pub verdict: V,
     /// The plugin that decided, `None` for the built-in default.
     pub decided_by: Option<String>,
+}
+
+impl Answer<PeerGcVerdict> {
+    /// The built-in default for restored peers: collect them (the agent has already
+    /// waited for the remote nodes and ipcache entries).
+    pub fn default_peer_gc() -> Self {
+        Answer {
+            verdict: PeerGcVerdict::Collect,
+            decided_by: None,
+        }
+    }
+}
+
+/// A verdict that can mean "ask the next plugin".
+pub(crate) trait Opinion {
+    /// Whether this is "no opinion".
+    fn is_none(&self) -> bool;
+}
+
+impl Opinion for Verdict {
+    fn is_none(&self) -> bool {
+        *self == Verdict::NoOpinion
+    }
+}
+
+impl Opinion for PeerGcVerdict {
+    fn is_none(&self) -> bool {
+        *self == PeerGcVerdict::NoOpinion
+    }
 }
 
 impl Answer {
@@ -32,7 +62,7 @@ impl Answer {
     pub fn default_for(request: &RegenerationRequest) -> Self {
         Answer {
             verdict: default_verdict(
-                request.endpoint == EndpointKind::Host,
+                request.endpoint.kind == EndpointKind::Host,
                 request.ipsec,
                 Duration::from_millis(request.default_timeout_ms),
             ),
@@ -42,22 +72,24 @@ impl Answer {
 }
 
 /// What one plugin's policy call means for the chain.
-pub(crate) enum Step {
+pub(crate) enum Step<V> {
     /// Ask the next plugin.
     Next,
     /// The answer.
-    Done(Answer),
+    Done(Answer<V>),
 }
 
-/// The chain's rule for one plugin's outcome (see the module rules).
-pub(crate) fn step(
-    request: &RegenerationRequest,
+/// The chain's rule for one plugin's outcome (see the module rules): skipped or no
+/// opinion asks the next, a failure makes the default answer, anything else decides.
+pub(crate) fn step<V: Opinion>(
+    default: impl FnOnce() -> Answer<V>,
     plugin: &str,
-    outcome: Option<Result<Verdict, ()>>,
-) -> Step {
+    outcome: Option<Result<V, ()>>,
+) -> Step<V> {
     match outcome {
-        None | Some(Ok(Verdict::NoOpinion)) => Step::Next,
-        Some(Err(())) => Step::Done(Answer::default_for(request)),
+        None => Step::Next,
+        Some(Ok(v)) if v.is_none() => Step::Next,
+        Some(Err(())) => Step::Done(default()),
         Some(Ok(verdict)) => Step::Done(Answer {
             verdict,
             decided_by: Some(plugin.to_owned()),
@@ -123,11 +155,24 @@ impl PluginSet {
     ) -> Answer {
         for slot in &mut self.slots {
             let outcome = slot.regeneration_policy(&self.cx, request, now);
-            if let Step::Done(answer) = step(request, &slot.plugin.name, outcome) {
+            let default = || Answer::default_for(request);
+            if let Step::Done(answer) = step(default, &slot.plugin.name, outcome) {
                 return answer;
             }
         }
         Answer::default_for(request)
+    }
+
+    /// Asks the peer-gc-policy hook of each plugin in priority order, as the policy.
+    pub fn peer_gc_policy(&mut self, request: &PeerGcRequest) -> Answer<PeerGcVerdict> {
+        let now = Instant::now();
+        for slot in &mut self.slots {
+            let outcome = slot.peer_gc_policy(&self.cx, request, now);
+            if let Step::Done(answer) = step(Answer::default_peer_gc, &slot.plugin.name, outcome) {
+                return answer;
+            }
+        }
+        Answer::default_peer_gc()
     }
 
     /// The built-in default's answer to `request` ([`default_verdict`]).

@@ -10,10 +10,11 @@
 //!   called), and is tried again after a back-off that doubles with each quarantine;
 //!   a success resets both.
 
-use super::contract::{enforce, Verdict};
+use super::contract::{enforce, enforce_peer_gc, PeerGcVerdict, Verdict};
 use super::host_state::MeshView;
-use super::runtime::{CallError, Instance, Prepared, Runtime};
-use super::{Cluster, RegenerationRequest};
+use super::instance::{CallError, Instance};
+use super::runtime::{Prepared, Runtime};
+use super::{Cluster, PeerGcRequest, RegenerationRequest};
 use crate::clustermesh::Resource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -280,15 +281,21 @@ impl Slot {
         request: &RegenerationRequest,
         now: Instant,
     ) -> Option<Result<Verdict, ()>> {
+        let max_wait = cx.runtime.config().max_wait;
         let decision = self.call(cx, now, |i| i.regeneration_policy(request))?;
-        Some(match decision {
-            Ok(d) => enforce(d, cx.runtime.config().max_wait).map_err(|violation| {
-                let plugin = self.plugin.name.clone();
-                self.record
-                    .failed(&plugin, &cx.isolation, now, violation.to_string())
-            }),
-            Err(()) => Err(()),
-        })
+        Some(decision.map(|d| enforce(d, max_wait)))
+    }
+
+    /// The peer-gc-policy hook, bounded by the contract; as [`Self::regeneration_policy`].
+    pub fn peer_gc_policy(
+        &mut self,
+        cx: &Context,
+        request: &PeerGcRequest,
+        now: Instant,
+    ) -> Option<Result<PeerGcVerdict, ()>> {
+        let max_wait = cx.runtime.config().max_wait;
+        let decision = self.call(cx, now, |i| i.peer_gc_policy(request))?;
+        Some(decision.map(|d| enforce_peer_gc(d, max_wait)))
     }
 
     /// The "synced" hook of `resource`.

@@ -3,9 +3,9 @@
 //! asking the thread (its record, whether it is busy and since when) is published
 //! after each job.
 
-use super::contract::Verdict;
+use super::contract::{PeerGcVerdict, Verdict};
 use super::slot::{Context, LoadedPlugin, Record, Slot};
-use super::{Cluster, Error, RegenerationRequest};
+use super::{Cluster, Error, PeerGcRequest, RegenerationRequest};
 use crate::clustermesh::Resource;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -24,6 +24,10 @@ pub(crate) enum Job {
         Box<RegenerationRequest>,
         oneshot::Sender<Option<Result<Verdict, ()>>>,
     ),
+    PeerGc(
+        Box<PeerGcRequest>,
+        oneshot::Sender<Option<Result<PeerGcVerdict, ()>>>,
+    ),
     Flush(oneshot::Sender<()>),
 }
 
@@ -38,6 +42,7 @@ impl Job {
             },
             Job::Disconnected(_) => "on-cluster-disconnected",
             Job::Policy(..) => "regeneration-policy",
+            Job::PeerGc(..) => "peer-gc-policy",
             Job::Flush(_) => "flush",
         }
     }
@@ -129,6 +134,11 @@ impl Worker {
                 Job::Policy(request, reply) => {
                     let outcome = slot.regeneration_policy(&cx, &request, Instant::now());
                     // Published before the answer, so whoever got it sees its effect.
+                    self.publish(&slot);
+                    let _ = reply.send(outcome);
+                }
+                Job::PeerGc(request, reply) => {
+                    let outcome = slot.peer_gc_policy(&cx, &request, Instant::now());
                     self.publish(&slot);
                     let _ = reply.send(outcome);
                 }

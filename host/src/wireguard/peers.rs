@@ -283,6 +283,19 @@ impl PeerTable {
         collected
     }
 
+    /// The restored peers [`Self::collect_garbage`] would remove now (no node claims
+    /// their key), with their AllowedIPs, by key.
+    pub fn garbage(&self) -> Vec<(Key, BTreeSet<Prefix>)> {
+        let mut garbage: Vec<(Key, BTreeSet<Prefix>)> = self
+            .restored
+            .iter()
+            .filter(|(key, _)| !self.by_key.contains_key(*key))
+            .map(|(key, ips)| (key.clone(), ips.clone()))
+            .collect();
+        garbage.sort_by_key(|(k, _)| k.0);
+        garbage
+    }
+
     /// Whether restored peers are still kept.
     pub fn restoring_pending(&self) -> bool {
         !self.restored.is_empty()
@@ -578,6 +591,8 @@ mod tests {
         t.upsert_node(&id("n1"), &ips(&["192.0.2.2"]), &kept.to_base64());
         t.changes();
         assert!(t.restoring_pending());
+        // What collection would remove, asked before: the peer no node claims.
+        assert_eq!(t.garbage(), [(stale.clone(), prefixes(&["192.0.2.99/32"]))]);
 
         let collected = t.collect_garbage();
         assert_eq!(
@@ -596,6 +611,7 @@ mod tests {
             ]
         );
         assert!(!t.restoring_pending());
+        assert!(t.garbage().is_empty());
         t.delete_node(&id("n1"));
         assert_eq!(t.changes(), [PeerChange::Remove { key: kept }]);
     }

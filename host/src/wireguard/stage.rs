@@ -29,6 +29,7 @@ enum Event {
     NodeGone(NodeId),
     Tunnel(Prefix, Option<IpAddr>),
     CollectGarbage(mpsc::Sender<GarbageReport>),
+    Garbage(mpsc::Sender<Vec<(String, Vec<String>)>>),
     Flush(mpsc::Sender<()>),
 }
 
@@ -178,6 +179,14 @@ impl PeerSync {
         answer.recv().unwrap_or_default()
     }
 
+    /// The restored peers collection would remove now: public key (base64) and
+    /// AllowedIPs, as of every event queued before the call.
+    pub fn garbage(&self) -> Vec<(String, Vec<String>)> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Event::Garbage(reply));
+        answer.recv().unwrap_or_default()
+    }
+
     /// Waits until every event queued before the call is applied.
     pub fn flush(&self) {
         let (reply, answer) = mpsc::channel();
@@ -251,6 +260,15 @@ impl Worker {
                     Event::Tunnel(prefix, endpoint) => self.table.tunnel_changed(prefix, endpoint),
                     Event::CollectGarbage(reply) => {
                         collected.push((self.table.collect_garbage(), reply));
+                    }
+                    Event::Garbage(reply) => {
+                        let garbage = self.table.garbage().into_iter().map(|(key, ips)| {
+                            (
+                                key.to_base64(),
+                                ips.iter().map(ToString::to_string).collect(),
+                            )
+                        });
+                        let _ = reply.send(garbage.collect());
                     }
                     Event::Flush(reply) => replies.push(reply),
                 }

@@ -27,3 +27,32 @@ pub fn plugin_wasm(name: &str) -> PathBuf {
     });
     root.join(format!("plugins/target/wasm32-wasip2/release/{name}.wasm"))
 }
+
+/// A regeneration request for an endpoint of `kind` being restored, with the default
+/// 60 s timeout: the host endpoint as the agent describes it, or a workload
+/// `default/web` with identity 70000.
+pub fn request(
+    kind: weft::plugins::EndpointKind,
+    ipsec: bool,
+    clusters: Vec<weft::plugins::ClusterSync>,
+) -> weft::plugins::RegenerationRequest {
+    use weft::plugins::{Endpoint, EndpointKind, RegenerationReason, RegenerationRequest};
+    let endpoint = match kind {
+        EndpointKind::Host => weft::regeneration::host_endpoint(),
+        EndpointKind::Workload => Endpoint {
+            kind,
+            identity: 70_000,
+            namespace: "default".into(),
+            name: "web".into(),
+            labels: vec!["k8s:app=web".into()],
+        },
+    };
+    RegenerationRequest {
+        endpoint,
+        reason: RegenerationReason::Restore,
+        ipsec,
+        wireguard: false,
+        default_timeout_ms: 60_000,
+        clusters,
+    }
+}

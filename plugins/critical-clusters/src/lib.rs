@@ -2,7 +2,7 @@
 //! in its config (comma-separated names), and lets the others go.
 
 use std::sync::OnceLock;
-use weft_plugin_sdk::{export_plugin, Decision, Plugin, RegenerationRequest, Wait};
+use weft_plugin_sdk::{export_plugin, Barrier, Decision, Plugin, RegenerationRequest, Wait};
 
 static CRITICAL: OnceLock<Vec<String>> = OnceLock::new();
 
@@ -35,7 +35,7 @@ impl Plugin for CriticalClusters {
         }
         Decision::Wait(Wait {
             timeout_ms: request.default_timeout_ms,
-            barriers: vec!["ipcache".into(), "identities".into()],
+            barriers: vec![Barrier::Ipcache, Barrier::Identities],
             clusters: critical,
         })
     }

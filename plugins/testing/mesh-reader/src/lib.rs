@@ -3,7 +3,7 @@
 //! test a host import that does not return (the plugin host must give up on it).
 
 use weft_plugin_sdk::{
-    export_plugin, host, metrics, Cluster, Decision, Plugin, RegenerationRequest, Wait,
+    export_plugin, host, metrics, Barrier, Cluster, Decision, Plugin, RegenerationRequest, Wait,
 };
 
 struct MeshReader;
@@ -36,7 +36,7 @@ impl Plugin for MeshReader {
         }
         Decision::Wait(Wait {
             timeout_ms: request.default_timeout_ms,
-            barriers: vec!["nodes".into()],
+            barriers: vec![Barrier::Nodes],
             clusters,
         })
     }

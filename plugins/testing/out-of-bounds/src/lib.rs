@@ -1,30 +1,25 @@
-//! Misbehaves: asks to wait for ever, or for a barrier that does not exist, depending
-//! on its config ("forever" or "unknown-barrier").
+//! Misbehaves: asks to wait for ever, and to hold restored WireGuard peers for ever.
+//! The host must clamp both. (A barrier that does not exist cannot be said in 0.2.0;
+//! the 0.1.0 plugin under `testing/v0-1` says one.)
 
-use std::sync::OnceLock;
-use weft_plugin_sdk::{export_plugin, Decision, Plugin, RegenerationRequest, Wait};
-
-static MODE: OnceLock<String> = OnceLock::new();
+use weft_plugin_sdk::{
+    export_plugin, Barrier, Decision, PeerGcDecision, PeerGcRequest, Plugin, RegenerationRequest,
+    Wait,
+};
 
 struct OutOfBounds;
 
 impl Plugin for OutOfBounds {
-    fn init(config: String) -> Result<(), String> {
-        MODE.set(config)
-            .map_err(|_| "init called twice".to_string())
-    }
-
     fn regeneration_policy(_request: RegenerationRequest) -> Decision {
-        let unknown = MODE.get().is_some_and(|m| m == "unknown-barrier");
         Decision::Wait(Wait {
             timeout_ms: u64::MAX,
-            barriers: vec![if unknown {
-                "pods".into()
-            } else {
-                "ipcache".into()
-            }],
+            barriers: vec![Barrier::Ipcache],
             clusters: vec![],
         })
+    }
+
+    fn peer_gc_policy(_request: PeerGcRequest) -> PeerGcDecision {
+        PeerGcDecision::Hold(u64::MAX)
     }
 }
 
