@@ -54,6 +54,10 @@ pub struct PluginsConfig {
     pub trusted_keys: Option<PathBuf>,
     /// Load unsigned plugins when no key is configured.
     pub allow_unsigned: bool,
+    /// Record every hook's input and answers here, for `weftd plugin test`.
+    pub record_dir: Option<PathBuf>,
+    /// The most the recording keeps, in bytes.
+    pub record_max_bytes: u64,
     /// The compile cache (default `<state-dir>/plugin-cache`).
     pub cache_dir: Option<PathBuf>,
     /// Deadlines, memory cap, the longest wait a plugin may ask for.
@@ -282,6 +286,12 @@ fn start_plugins(
     let pc = &config.plugins;
     let runtime = Arc::new(plugins::Runtime::new(pc.runtime.clone())?);
     let host = PluginHost::new(runtime.clone(), view, plugins::Isolation::default());
+    if let Some(dir) = &pc.record_dir {
+        host.record_to(Arc::new(plugins::Recorder::start(
+            dir,
+            pc.record_max_bytes,
+        )?));
+    }
     let Some(dir) = pc.dir.clone() else {
         return Ok((host, watch::channel(true).1));
     };

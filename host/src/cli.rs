@@ -71,6 +71,36 @@ pub enum PluginCommand {
         #[arg(long)]
         key: PathBuf,
     },
+    /// Scaffold a plugin crate (with the SDK this agent speaks): builds as generated,
+    /// has a test.
+    New {
+        /// The plugin's name (and the crate's).
+        name: String,
+        /// Where to create it (default: the current directory).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Build the plugin crate in DIR for wasm32-wasip2, check it as an agent would,
+    /// and write dist/<name>.wasm with its manifest (digest and WIT version filled in,
+    /// unsigned).
+    Build {
+        /// The crate (default: the current directory).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// The cargo to build with.
+        #[arg(long, env = "CARGO", default_value = "cargo")]
+        cargo: String,
+    },
+    /// Replay a recording (`weftd run --plugin-record`) against the plugin of a
+    /// manifest; prints every decision that differs, with its input, and exits
+    /// non-zero when any does.
+    Test {
+        /// The manifest of the build to test.
+        manifest: PathBuf,
+        /// The recording directory.
+        #[arg(long)]
+        recording: PathBuf,
+    },
     /// Check a manifest and its component as an agent would, printing what is signed;
     /// exits non-zero when the agent would refuse it.
     Verify {
@@ -195,6 +225,13 @@ pub struct PluginArgs {
     /// Load unsigned plugins (only without trusted keys); `weftd status` says so.
     #[arg(long, env = "WEFT_PLUGIN_ALLOW_UNSIGNED")]
     pub plugin_allow_unsigned: bool,
+    /// Record every hook's input and each plugin's answer in this directory (JSON
+    /// lines, rotated), for `weftd plugin test` to replay.
+    #[arg(long, env = "WEFT_PLUGIN_RECORD")]
+    pub plugin_record: Option<PathBuf>,
+    /// The most the recording keeps, in MiB; the oldest events go first.
+    #[arg(long, env = "WEFT_PLUGIN_RECORD_MAX_MIB", default_value_t = 64)]
+    pub plugin_record_max_mib: u64,
     /// Compile cache (default: `<state-dir>/plugin-cache`).
     #[arg(long, env = "WEFT_PLUGIN_CACHE_DIR")]
     pub plugin_cache_dir: Option<PathBuf>,
@@ -325,6 +362,8 @@ impl RunArgs {
                 trust_policy: self.plugins.plugin_trust_policy,
                 trusted_keys: self.plugins.plugin_trusted_keys,
                 allow_unsigned: self.plugins.plugin_allow_unsigned,
+                record_dir: self.plugins.plugin_record,
+                record_max_bytes: self.plugins.plugin_record_max_mib << 20,
                 cache_dir: self.plugins.plugin_cache_dir,
                 runtime: plugins::Config {
                     deadline: self.plugins.plugin_deadline,

@@ -54,6 +54,36 @@ async fn main() -> anyhow::Result<()> {
                 }
             );
         }
+        Command::Plugin(PluginCommand::New { name, dir }) => {
+            let dir = weft::plugin_tool::scaffold::new_plugin(&dir, &name)?;
+            println!("plugin crate {name} created in {}", dir.display());
+            println!(
+                "next: cd {} && cargo test && weftd plugin build",
+                dir.display()
+            );
+        }
+        Command::Plugin(PluginCommand::Build { dir, cargo }) => {
+            let (path, m) = weft::plugin_tool::build::build(&dir, &cargo)?;
+            println!(
+                "built {}: {} {} wit {} sha256 {}",
+                path.display(),
+                m.name,
+                m.version,
+                m.wit.as_deref().unwrap_or("?"),
+                m.sha256
+            );
+            println!("next: weftd plugin sign {} --key KEY", path.display());
+        }
+        Command::Plugin(PluginCommand::Test {
+            manifest,
+            recording,
+        }) => {
+            let (m, report) = weft::plugin_tool::test_plugin(&manifest, &recording)?;
+            print!("{}", weft::plugin_tool::render_replay(&m, &report));
+            if !report.differences.is_empty() || !report.failures.is_empty() {
+                std::process::exit(1);
+            }
+        }
         Command::Plugin(PluginCommand::Sign { manifest, key }) => {
             let key = weft::plugins::read_signing_key(&key)?;
             let m = weft::plugins::seal(&manifest, Some(&key))?;

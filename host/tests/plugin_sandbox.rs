@@ -182,7 +182,7 @@ async fn a_plugin_stuck_in_a_host_call_is_given_up_on_and_replaced() {
     assert!(started.elapsed() < PROMPTLY);
     assert_eq!(answer.decided_by.as_deref(), Some("policy"));
     // Removing the stuck plugin does not wait on it either.
-    assert!(host.remove("mesh-reader"));
+    assert!(host.remove("mesh-reader", false));
     armed.store(false, Ordering::Relaxed);
 }
 

@@ -129,6 +129,7 @@ pub trait Plugin {
 #[macro_export]
 macro_rules! export_plugin {
     ($plugin:ty) => {
+        #[allow(dead_code)]
         struct __WeftPluginExport;
 
         impl $crate::bindings::exports::weft::plugin::hooks::Guest for __WeftPluginExport {
@@ -158,6 +159,9 @@ macro_rules! export_plugin {
             }
         }
 
+        // Exported from the component only: a native build (`cargo test` of a plugin's
+        // logic) has no component exports to link.
+        #[cfg(target_arch = "wasm32")]
         $crate::bindings::export_hooks!(__WeftPluginExport with_types_in $crate::bindings);
     };
 }

@@ -4,7 +4,10 @@ use std::fmt;
 use tokio::sync::watch;
 
 /// The four resources read from every remote cluster, each with its own barrier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Resource {
     /// `cilium/state/nodes/v1/<cluster>/`
     Nodes,

@@ -6,7 +6,7 @@
 wasmtime::component::bindgen!({
     path: "../plugin-sdk/wit",
     world: "plugin",
-    additional_derives: [PartialEq, Eq],
+    additional_derives: [PartialEq, Eq, serde::Serialize, serde::Deserialize],
     // Host functions return `wasmtime::Result`: going past a bound fails the call.
     imports: { default: trappable },
 });

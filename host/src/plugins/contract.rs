@@ -6,7 +6,8 @@ use crate::clustermesh::Resource;
 use std::time::Duration;
 
 /// What the agent does after a regeneration-policy call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// Wait at most `timeout` for `barriers` of every remote cluster.
     Wait {
@@ -63,7 +64,8 @@ pub fn enforce(decision: Decision, max_wait: Duration) -> Verdict {
 }
 
 /// What the agent does with restored WireGuard peers no one claims.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum PeerGcVerdict {
     /// Keep them this much longer, then remove them.
     Hold(Duration),

@@ -22,7 +22,24 @@ struct Tracked {
     /// Of the manifest and its component, as last tried.
     fingerprint: [u8; 32],
     /// The plugin this manifest has running.
-    installed: Option<String>,
+    installed: Option<Installed>,
+}
+
+/// A plugin a manifest has running: live, or the shadow of the live one of its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Installed {
+    name: String,
+    shadow: bool,
+}
+
+impl std::fmt::Display for Installed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)?;
+        if self.shadow {
+            f.write_str(" (shadow)")?;
+        }
+        Ok(())
+    }
 }
 
 /// What one pass over the directory changed.
@@ -69,10 +86,10 @@ impl PluginDir {
             .cloned()
             .collect();
         for path in gone {
-            if let Some(name) = self.known.remove(&path).and_then(|t| t.installed) {
-                self.host.remove(&name);
-                tracing::info!(plugin = %name, manifest = %path.display(), "plugin removed");
-                changes.removed.push(name);
+            if let Some(gone) = self.known.remove(&path).and_then(|t| t.installed) {
+                self.host.remove(&gone.name, gone.shadow);
+                tracing::info!(plugin = %gone, manifest = %path.display(), "plugin removed");
+                changes.removed.push(gone.to_string());
             }
             self.set_refusal(&path, None);
         }
@@ -87,7 +104,7 @@ impl PluginDir {
     }
 
     /// Loads `path` if it changed: `None` when unchanged, the plugin's name when
-    /// (re)loaded.
+    /// (re)loaded (with " (shadow)" for a shadow).
     async fn try_manifest(&mut self, path: &Path) -> Option<Result<String, ()>> {
         let loader = self.loader.clone();
         let p = path.to_owned();
@@ -118,11 +135,12 @@ impl PluginDir {
             }
         });
         match result {
-            Ok(name) => {
-                if let Some(old) = previous.filter(|old| *old != name) {
-                    self.host.remove(&old);
+            Ok(installed) => {
+                if let Some(old) = previous.filter(|old| *old != installed) {
+                    self.host.remove(&old.name, old.shadow);
                 }
-                self.known.get_mut(path).expect("tracked above").installed = Some(name.clone());
+                let name = installed.to_string();
+                self.known.get_mut(path).expect("tracked above").installed = Some(installed);
                 self.set_refusal(path, None);
                 tracing::info!(plugin = %name, manifest = %path.display(), "plugin loaded");
                 Some(Ok(name))
@@ -134,7 +152,7 @@ impl PluginDir {
                     Some(Refusal {
                         manifest: path.into(),
                         error: e.to_string(),
-                        kept: previous,
+                        kept: previous.map(|p| p.to_string()),
                     }),
                 );
                 Some(Err(()))
@@ -146,11 +164,17 @@ impl PluginDir {
         &self,
         path: &Path,
         read: Result<(Manifest, Vec<u8>), Error>,
-    ) -> Result<String, Error> {
+    ) -> Result<Installed, Error> {
         let (manifest, wasm) = read?;
-        if let Some((other, _)) = self.known.iter().find(|(p, t)| {
-            p.as_path() != path && t.installed.as_deref() == Some(manifest.name.as_str())
-        }) {
+        let installed = Installed {
+            name: manifest.name.clone(),
+            shadow: manifest.shadow,
+        };
+        if let Some((other, _)) = self
+            .known
+            .iter()
+            .find(|(p, t)| p.as_path() != path && t.installed.as_ref() == Some(&installed))
+        {
             return Err(Error::DuplicateName {
                 plugin: manifest.name,
                 other: other.clone(),
@@ -164,10 +188,9 @@ impl PluginDir {
                 .map_err(|e| Error::Engine {
                     reason: e.to_string(),
                 })??;
-        let name = plugin.name.clone();
-        tracing::debug!(plugin = %name, cache = ?outcome, "plugin compiled");
+        tracing::debug!(plugin = %installed, cache = ?outcome, "plugin compiled");
         self.host.install(plugin).await?;
-        Ok(name)
+        Ok(installed)
     }
 
     fn set_refusal(&self, path: &Path, refusal: Option<Refusal>) {

@@ -7,17 +7,23 @@
 //! or whose hook runs longer (a watchdog looks), is counted as failed and quarantined,
 //! and its thread is replaced: the old one is abandoned, never waited for. Installs are
 //! bounded the same way. Status is read from what each thread published, never asked.
+//!
+//! Shadows ([`super::shadow`]) get the same hooks and questions as their live plugin,
+//! and their answers are compared off the question's path. With a [`Recorder`], every
+//! hook's input and every answer is recorded for `weftd plugin test`.
 
 use super::contract::PeerGcVerdict;
+use super::record::{Answered, Event, HookInput, Recorder, Said};
 use super::set::{by_priority, step, Answer, Opinion, Step};
-use super::slot::{Context, Isolation, LoadedPlugin, PluginStatus};
+use super::shadow::{Shadow, ShadowStatus};
+use super::slot::{Context, Isolation, LoadedPlugin, Outcome, PluginStatus};
 use super::worker::{Job, Start, Worker};
 use super::{Cluster, Error, MeshView, PeerGcRequest, RegenerationRequest, Runtime};
 use crate::clustermesh::{ClusterInfo, Resource, SyncCallbacks};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -54,11 +60,28 @@ pub struct PluginsReport {
     /// Hooks dropped because a plugin's queue was full.
     #[serde(default)]
     pub dropped_hooks: u64,
+    /// Shadow plugins, by name.
+    #[serde(default)]
+    pub shadows: Vec<ShadowStatus>,
+    /// Where hooks are recorded (`--plugin-record`), and how many events were dropped.
+    #[serde(default)]
+    pub recording: Option<RecordingStatus>,
+}
+
+/// What `weftd status` shows of the recording.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordingStatus {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Events dropped because the writer was behind.
+    pub dropped: u64,
 }
 
 struct State {
     /// The running plugins, in priority order.
     workers: Vec<Arc<Worker>>,
+    /// The shadows, at most one per name.
+    shadows: Vec<Arc<Shadow>>,
     /// The "synced" hooks so far per cluster, replayed to a plugin loaded later:
     /// every plugin learns of every synced cluster once.
     history: BTreeMap<String, Vec<(Resource, Cluster)>>,
@@ -70,6 +93,7 @@ struct Inner {
     cx: Context,
     stall: Duration,
     state: Mutex<State>,
+    recorder: OnceLock<Arc<Recorder>>,
 }
 
 /// A handle to the plugin host; cheap to clone. Its watchdog ends with the last handle.
@@ -100,9 +124,11 @@ impl PluginHost {
             stall,
             state: Mutex::new(State {
                 workers: Vec::new(),
+                shadows: Vec::new(),
                 history: BTreeMap::new(),
                 report: PluginsReport::default(),
             }),
+            recorder: OnceLock::new(),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -112,21 +138,44 @@ impl PluginHost {
         Self { inner }
     }
 
-    /// Queues the "synced" hook of `resource` for `cluster` to every plugin.
+    /// Records every hook's input and every answer with `recorder` from now on (the
+    /// first recorder given stays).
+    pub fn record_to(&self, recorder: Arc<Recorder>) {
+        let _ = self.inner.recorder.set(recorder);
+    }
+
+    fn record(&self, event: impl FnOnce() -> Event) {
+        if let Some(r) = self.inner.recorder.get() {
+            r.record(event());
+        }
+    }
+
+    /// Queues the "synced" hook of `resource` for `cluster` to every plugin and shadow.
     pub fn synced(&self, resource: Resource, cluster: Cluster) {
+        self.record(|| {
+            Event::now(HookInput::Synced {
+                resource,
+                cluster: cluster.clone(),
+            })
+        });
         let mut state = self.inner.lock();
-        for w in &state.workers {
+        for w in state.all_workers() {
             w.push(Job::Synced(resource, cluster.clone()), false);
         }
         let history = state.history.entry(cluster.name.clone()).or_default();
         history.push((resource, cluster));
     }
 
-    /// Queues the "cluster disconnected" hook to every plugin.
+    /// Queues the "cluster disconnected" hook to every plugin and shadow.
     pub fn disconnected(&self, cluster: Cluster) {
+        self.record(|| {
+            Event::now(HookInput::ClusterDisconnected {
+                cluster: cluster.clone(),
+            })
+        });
         let mut state = self.inner.lock();
         state.history.remove(&cluster.name);
-        for w in &state.workers {
+        for w in state.all_workers() {
             w.push(Job::Disconnected(cluster.clone()), false);
         }
     }
@@ -136,7 +185,10 @@ impl PluginHost {
     /// answer in time counts as failed, and the built-in default answers.
     pub async fn regeneration_policy(&self, request: RegenerationRequest) -> Answer {
         let default = || Answer::default_for(&request);
-        self.ask(default, "regeneration-policy", |reply| {
+        let input = HookInput::RegenerationPolicy {
+            request: request.clone(),
+        };
+        self.ask(input, default, "regeneration-policy", |reply| {
             Job::Policy(Box::new(request.clone()), reply)
         })
         .await
@@ -145,43 +197,109 @@ impl PluginHost {
     /// Asks the peer-gc-policy hook, as [`Self::regeneration_policy`]; the built-in
     /// default collects.
     pub async fn peer_gc_policy(&self, request: PeerGcRequest) -> Answer<PeerGcVerdict> {
-        self.ask(Answer::default_peer_gc, "peer-gc-policy", |reply| {
+        let input = HookInput::PeerGcPolicy {
+            request: request.clone(),
+        };
+        self.ask(input, Answer::default_peer_gc, "peer-gc-policy", |reply| {
             Job::PeerGc(Box::new(request.clone()), reply)
         })
         .await
     }
 
     /// The chain of a policy hook over the running plugins, each asked with `job` ahead
-    /// of its queued hooks and waited for at most the stall bound.
+    /// of its queued hooks and waited for at most the stall bound. A plugin's shadow is
+    /// asked the same, beside it, and compared off this path.
     async fn ask<V: Opinion>(
         &self,
+        input: HookInput,
         default: impl Fn() -> Answer<V>,
         hook: &str,
-        job: impl Fn(oneshot::Sender<Option<Result<V, ()>>>) -> Job,
+        job: impl Fn(oneshot::Sender<Outcome<V>>) -> Job,
     ) -> Answer<V> {
-        let workers = self.inner.lock().workers.clone();
+        let (workers, shadows) = {
+            let state = self.inner.lock();
+            (state.workers.clone(), state.shadows.clone())
+        };
+        let mut event = self.inner.recorder.get().map(|_| Event {
+            mesh: (self.inner.cx.mesh)(),
+            ..Event::now(input.clone())
+        });
+        let mut answer = None;
         for w in workers {
             if w.quarantined(Instant::now()) {
                 continue;
             }
-            let (reply, answer) = oneshot::channel();
+            let (reply, live) = oneshot::channel();
             if !w.push(job(reply), true) {
                 continue; // removed or replaced meanwhile
             }
-            let outcome = match tokio::time::timeout(self.inner.stall, answer).await {
+            let shadow = shadows
+                .iter()
+                .find(|s| s.worker.plugin.name == w.plugin.name)
+                .and_then(|s| {
+                    let (reply, said) = oneshot::channel();
+                    s.worker.push(job(reply), true).then(|| (s.clone(), said))
+                });
+            let outcome = match tokio::time::timeout(self.inner.stall, live).await {
                 Ok(Ok(outcome)) => outcome,
                 // Its thread was replaced while the question waited.
-                Ok(Err(_)) => Some(Err(())),
+                Ok(Err(_)) => Some(Err("its thread was replaced".into())),
                 Err(_) => {
                     self.inner.stalled(&w, hook);
-                    Some(Err(()))
+                    Some(Err(format!(
+                        "stalled: no answer within {:?}",
+                        self.inner.stall
+                    )))
                 }
             };
-            if let Step::Done(answer) = step(&default, &w.plugin.name, outcome) {
-                return answer;
+            let said = said_of(&outcome);
+            if let (Some(e), Some(said)) = (&mut event, &said) {
+                e.answers.push(answered(&w.plugin, false, said.clone()));
+            }
+            if let (Some((shadow, reply)), Some(live)) = (shadow, said) {
+                self.compare_later(shadow, reply, input.clone(), live, hook);
+            }
+            if let Step::Done(a) = step(&default, &w.plugin.name, outcome) {
+                answer = Some(a);
+                break;
             }
         }
-        default()
+        let answer = answer.unwrap_or_else(default);
+        if let (Some(mut e), Some(r)) = (event, self.inner.recorder.get()) {
+            e.decided = Some((answer.verdict.said(), answer.decided_by.clone()));
+            r.record(e);
+        }
+        answer
+    }
+
+    /// Compares a shadow's answer, when it comes (within the stall bound), with the
+    /// live plugin's: off the question's path, never acted on.
+    fn compare_later<V: Opinion>(
+        &self,
+        shadow: Arc<Shadow>,
+        reply: oneshot::Receiver<Outcome<V>>,
+        input: HookInput,
+        live: Said,
+        hook: &str,
+    ) {
+        let inner = self.inner.clone();
+        let hook = hook.to_owned();
+        tokio::spawn(async move {
+            let said = match tokio::time::timeout(inner.stall, reply).await {
+                Ok(Ok(outcome)) => said_of(&outcome),
+                Ok(Err(_)) => None,
+                Err(_) => {
+                    inner.stalled(&shadow.worker, &hook);
+                    Some(Said::Failed(format!(
+                        "stalled: no answer within {:?}",
+                        inner.stall
+                    )))
+                }
+            };
+            if let Some(said) = said {
+                shadow.compare(input, live, said);
+            }
+        });
     }
 
     /// Starts `plugin` on a thread of its own, instantiates it and calls its `init`,
@@ -192,8 +310,11 @@ impl PluginHost {
     /// # Errors
     /// [`Error`] when instantiation or `init` fails or does not return within the
     /// stall bound; the running plugin is kept.
+    /// A plugin marked `shadow` becomes the shadow of the live plugin of its name,
+    /// replacing an earlier shadow of that name.
     pub async fn install(&self, plugin: LoadedPlugin) -> Result<(), Error> {
         let name = plugin.name.clone();
+        let shadow = plugin.shadow;
         let (reply, started) = oneshot::channel();
         let worker = Worker::start(self.inner.cx.clone(), plugin, Start::Fresh(reply))?;
         match tokio::time::timeout(self.inner.stall, started).await {
@@ -217,41 +338,31 @@ impl PluginHost {
             }
         }
         let mut state = self.inner.lock();
-        state.workers.retain(|w| {
-            let same = w.plugin.name == name;
-            if same {
-                w.close();
-            }
-            !same
-        });
+        state.remove(&name, shadow);
         for (r, cluster) in state.history.values().flatten() {
             worker.push(Job::Synced(*r, cluster.clone()), false);
         }
-        state.workers.push(worker);
-        state
-            .workers
-            .sort_by(|a, b| by_priority(&a.plugin, &b.plugin));
+        if shadow {
+            state.shadows.push(Shadow::new(worker));
+        } else {
+            state.workers.push(worker);
+            state
+                .workers
+                .sort_by(|a, b| by_priority(&a.plugin, &b.plugin));
+        }
         Ok(())
     }
 
-    /// Removes plugin `name`; whether it was there. Never waits on its thread.
-    pub fn remove(&self, name: &str) -> bool {
-        let mut state = self.inner.lock();
-        let before = state.workers.len();
-        state.workers.retain(|w| {
-            let same = w.plugin.name == name;
-            if same {
-                w.close();
-            }
-            !same
-        });
-        state.workers.len() != before
+    /// Removes plugin `name` (its shadow when `shadow`); whether it was there. Never
+    /// waits on its thread.
+    pub fn remove(&self, name: &str, shadow: bool) -> bool {
+        self.inner.lock().remove(name, shadow)
     }
 
     /// Waits until every hook queued before the call has run, for at most `bound`;
     /// whether they all did.
     pub async fn flush_within(&self, bound: Duration) -> bool {
-        let workers = self.inner.lock().workers.clone();
+        let workers = self.inner.lock().all_workers();
         let waits: Vec<_> = workers
             .iter()
             .filter_map(|w| {
@@ -279,7 +390,12 @@ impl PluginHost {
             .iter()
             .filter_map(|w| w.record().map(|r| r.status(&w.plugin, now)))
             .collect();
-        report.dropped_hooks += state.workers.iter().map(|w| w.dropped()).sum::<u64>();
+        report.shadows = state.shadows.iter().map(|s| s.status(now)).collect();
+        report.dropped_hooks += state.all_workers().iter().map(|w| w.dropped()).sum::<u64>();
+        report.recording = self.inner.recorder.get().map(|r| RecordingStatus {
+            dir: r.dir().into(),
+            dropped: r.dropped(),
+        });
         report
     }
 
@@ -301,19 +417,49 @@ impl PluginHost {
     }
 }
 
+impl State {
+    /// The live plugins' threads and the shadows'.
+    fn all_workers(&self) -> Vec<Arc<Worker>> {
+        let shadows = self.shadows.iter().map(|s| s.worker.clone());
+        self.workers.iter().cloned().chain(shadows).collect()
+    }
+
+    fn remove(&mut self, name: &str, shadow: bool) -> bool {
+        let before = self.workers.len() + self.shadows.len();
+        let keep = |w: &Arc<Worker>| {
+            let same = w.plugin.name == name;
+            if same {
+                w.close();
+            }
+            !same
+        };
+        if shadow {
+            self.shadows.retain(|s| keep(&s.worker));
+        } else {
+            self.workers.retain(keep);
+        }
+        self.workers.len() + self.shadows.len() != before
+    }
+}
+
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("plugin host lock")
     }
 
     /// Gives up on `worker`'s thread, stuck in `hook`: the failure is counted, the
-    /// plugin quarantined, and a new thread carries on its record. A worker already
-    /// replaced or removed is left alone.
+    /// plugin (or shadow) quarantined, and a new thread carries on its record. A worker
+    /// already replaced or removed is left alone.
     fn stalled(&self, worker: &Arc<Worker>, hook: &str) {
         let mut state = self.lock();
-        let Some(i) = state.workers.iter().position(|w| Arc::ptr_eq(w, worker)) else {
+        let live = state.workers.iter().position(|w| Arc::ptr_eq(w, worker));
+        let shadow = state
+            .shadows
+            .iter()
+            .position(|s| Arc::ptr_eq(&s.worker, worker));
+        if live.is_none() && shadow.is_none() {
             return;
-        };
+        }
         let plugin = worker.plugin.clone();
         let Some(mut record) = worker.record() else {
             return;
@@ -329,12 +475,15 @@ impl Inner {
         );
         worker.close();
         state.report.stalls += 1;
-        match Worker::start(self.cx.clone(), plugin, Start::Resume(record)) {
-            Ok(replacement) => state.workers[i] = replacement,
-            Err(e) => {
-                tracing::error!(plugin = %worker.plugin.name, error = %e, "plugin removed: no thread to replace its stalled one");
-                state.workers.remove(i);
-            }
+        let replacement = Worker::start(self.cx.clone(), plugin, Start::Resume(record))
+            .inspect_err(|e| tracing::error!(plugin = %worker.plugin.name, error = %e, "plugin removed: no thread to replace its stalled one"))
+            .ok();
+        match (live, shadow, replacement) {
+            (Some(i), _, Some(r)) => state.workers[i] = r,
+            (Some(i), _, None) => drop(state.workers.remove(i)),
+            (None, Some(i), Some(r)) => state.shadows[i] = state.shadows[i].with_worker(r),
+            (None, Some(i), None) => drop(state.shadows.remove(i)),
+            (None, None, _) => {}
         }
     }
 }
@@ -346,12 +495,32 @@ fn watchdog(inner: Weak<Inner>, stall: Duration) {
     loop {
         std::thread::sleep(period);
         let Some(inner) = inner.upgrade() else { return };
-        let workers = inner.lock().workers.clone();
+        let workers = inner.lock().all_workers();
         for w in workers {
             if let Some(hook) = w.stuck(stall) {
                 inner.stalled(&w, hook);
             }
         }
+    }
+}
+
+/// What a plugin's outcome says, for the recording and the shadows (`None`: it was not
+/// asked).
+fn said_of<V: Opinion>(outcome: &Outcome<V>) -> Option<Said> {
+    match outcome {
+        None => None,
+        Some(Ok(v)) => Some(v.said()),
+        Some(Err(reason)) => Some(Said::Failed(reason.clone())),
+    }
+}
+
+fn answered(plugin: &LoadedPlugin, shadow: bool, said: Said) -> Answered {
+    Answered {
+        plugin: plugin.name.clone(),
+        version: plugin.version.clone(),
+        digest: plugin.digest.clone(),
+        shadow,
+        said,
     }
 }
 

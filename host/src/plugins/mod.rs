@@ -16,8 +16,11 @@ mod host_state;
 mod instance;
 mod loader;
 mod manifest;
+mod record;
+mod replay;
 mod runtime;
 mod set;
+mod shadow;
 mod slot;
 mod trust;
 mod v0_1;
@@ -32,16 +35,19 @@ pub use bindings::VERSION as WIT_VERSION;
 pub use cache::{CacheOutcome, CompileCache};
 pub use contract::{default_verdict, enforce, enforce_peer_gc, PeerGcVerdict, Verdict, Violation};
 pub use directory::{Changes, PluginDir};
-pub use host::{cluster, PluginHost, PluginsReport, Refusal};
+pub use host::{cluster, PluginHost, PluginsReport, RecordingStatus, Refusal};
 pub use host_state::{Bounds, LimitExceeded, MeshView};
 pub use instance::{CallError, Instance};
 pub use loader::{read_package, Loader, Read, MAX_COMPONENT_BYTES};
 pub use manifest::{
     digest_hex, generate_signing_key, read_signing_key, seal, Manifest, ManifestSignature, Verified,
 };
+pub use record::{read_recording, Answered, Event, HookInput, Recorder, Said};
+pub use replay::{replay, Difference, ReplayReport};
 pub use runtime::{Prepared, Runtime};
 pub use set::{Answer, PluginSet};
-pub use slot::{Isolation, LoadedPlugin, PluginStatus, Record};
+pub use shadow::{Disagreement, ShadowStatus};
+pub use slot::{Isolation, LoadedPlugin, Outcome, PluginStatus, Record};
 pub use trust::{TrustPolicy, TrustedKey};
 
 use std::path::PathBuf;
@@ -204,6 +210,14 @@ pub enum Error {
         /// The file.
         path: PathBuf,
         /// Why.
+        reason: String,
+    },
+    /// The hook recording cannot be written or read.
+    #[error("plugin recording {path}: {reason}")]
+    Record {
+        /// The directory or file.
+        path: PathBuf,
+        /// Why (with the line, when reading).
         reason: String,
     },
     /// Two manifests name the same plugin.

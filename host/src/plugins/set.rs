@@ -11,8 +11,9 @@
 
 use super::contract::{default_verdict, PeerGcVerdict, Verdict};
 use super::host_state::MeshView;
+use super::record::Said;
 use super::runtime::Runtime;
-use super::slot::{Context, Isolation, LoadedPlugin, PluginStatus, Slot};
+use super::slot::{Context, Isolation, LoadedPlugin, Outcome, PluginStatus, Slot};
 use super::{Cluster, EndpointKind, PeerGcRequest, RegenerationRequest};
 use crate::clustermesh::Resource;
 use std::sync::Arc;
@@ -40,20 +41,28 @@ impl Answer<PeerGcVerdict> {
 }
 
 /// A verdict that can mean "ask the next plugin".
-pub(crate) trait Opinion {
+pub(crate) trait Opinion: Send + 'static {
     /// Whether this is "no opinion".
     fn is_none(&self) -> bool;
+    /// The verdict as recorded and compared.
+    fn said(&self) -> Said;
 }
 
 impl Opinion for Verdict {
     fn is_none(&self) -> bool {
         *self == Verdict::NoOpinion
     }
+    fn said(&self) -> Said {
+        Said::Regeneration(self.clone())
+    }
 }
 
 impl Opinion for PeerGcVerdict {
     fn is_none(&self) -> bool {
         *self == PeerGcVerdict::NoOpinion
+    }
+    fn said(&self) -> Said {
+        Said::PeerGc(*self)
     }
 }
 
@@ -84,12 +93,12 @@ pub(crate) enum Step<V> {
 pub(crate) fn step<V: Opinion>(
     default: impl FnOnce() -> Answer<V>,
     plugin: &str,
-    outcome: Option<Result<V, ()>>,
+    outcome: Outcome<V>,
 ) -> Step<V> {
     match outcome {
         None => Step::Next,
         Some(Ok(v)) if v.is_none() => Step::Next,
-        Some(Err(())) => Step::Done(default()),
+        Some(Err(_)) => Step::Done(default()),
         Some(Ok(verdict)) => Step::Done(Answer {
             verdict,
             decided_by: Some(plugin.to_owned()),

@@ -93,6 +93,10 @@ pub struct PluginStatus {
     pub counters: BTreeMap<String, u64>,
 }
 
+/// One plugin's answer to a call: `None` when it was not called (quarantined),
+/// `Some(Err(reason))` when the call failed (already recorded and counted).
+pub type Outcome<V> = Option<Result<V, String>>;
+
 /// Failure isolation settings.
 #[derive(Debug, Clone)]
 pub struct Isolation {
@@ -142,6 +146,11 @@ impl Record {
             saved_counters: BTreeMap::new(),
             live_counters: BTreeMap::new(),
         }
+    }
+
+    /// Calls that failed.
+    pub fn failures(&self) -> u64 {
+        self.failures
     }
 
     /// Whether the plugin is in quarantine at `now`.
@@ -273,14 +282,13 @@ impl Slot {
         self.record.status(&self.plugin, now)
     }
 
-    /// The policy hook, bounded by the contract: `None` when quarantined (not called),
-    /// `Some(Err(()))` when the call failed or broke the contract (already recorded).
+    /// The policy hook, bounded by the contract ([`Outcome`]).
     pub fn regeneration_policy(
         &mut self,
         cx: &Context,
         request: &RegenerationRequest,
         now: Instant,
-    ) -> Option<Result<Verdict, ()>> {
+    ) -> Outcome<Verdict> {
         let max_wait = cx.runtime.config().max_wait;
         let decision = self.call(cx, now, |i| i.regeneration_policy(request))?;
         Some(decision.map(|d| enforce(d, max_wait)))
@@ -292,7 +300,7 @@ impl Slot {
         cx: &Context,
         request: &PeerGcRequest,
         now: Instant,
-    ) -> Option<Result<PeerGcVerdict, ()>> {
+    ) -> Outcome<PeerGcVerdict> {
         let max_wait = cx.runtime.config().max_wait;
         let decision = self.call(cx, now, |i| i.peer_gc_policy(request))?;
         Some(decision.map(|d| enforce_peer_gc(d, max_wait)))
@@ -308,14 +316,13 @@ impl Slot {
         let _ = self.call(cx, Instant::now(), |i| i.on_cluster_disconnected(cluster));
     }
 
-    /// One call: `None` when quarantined (not called), `Some(Err(()))` when it failed
-    /// (already recorded).
+    /// One call ([`Outcome`]).
     fn call<T>(
         &mut self,
         cx: &Context,
         now: Instant,
         f: impl FnOnce(&mut Instance) -> Result<T, CallError>,
-    ) -> Option<Result<T, ()>> {
+    ) -> Outcome<T> {
         if self.record.quarantined(now) {
             return None;
         }
@@ -329,8 +336,10 @@ impl Slot {
             ) {
                 Ok(instance) => self.instance = Some(instance),
                 Err(e) => {
-                    self.record.failed(&name, &cx.isolation, now, e.to_string());
-                    return Some(Err(()));
+                    let reason = e.to_string();
+                    self.record
+                        .failed(&name, &cx.isolation, now, reason.clone());
+                    return Some(Err(reason));
                 }
             }
         }
@@ -355,8 +364,10 @@ impl Slot {
                 // A failed instance is not entered again; what it counted is kept.
                 self.instance = None;
                 self.record.retire_counters();
-                self.record.failed(&name, &cx.isolation, now, e.to_string());
-                Some(Err(()))
+                let reason = e.to_string();
+                self.record
+                    .failed(&name, &cx.isolation, now, reason.clone());
+                Some(Err(reason))
             }
         }
     }

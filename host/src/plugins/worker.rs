@@ -4,7 +4,7 @@
 //! after each job.
 
 use super::contract::{PeerGcVerdict, Verdict};
-use super::slot::{Context, LoadedPlugin, Record, Slot};
+use super::slot::{Context, LoadedPlugin, Outcome, Record, Slot};
 use super::{Cluster, Error, PeerGcRequest, RegenerationRequest};
 use crate::clustermesh::Resource;
 use std::collections::VecDeque;
@@ -20,14 +20,8 @@ const QUEUE_CAP: usize = 4_096;
 pub(crate) enum Job {
     Synced(Resource, Cluster),
     Disconnected(Cluster),
-    Policy(
-        Box<RegenerationRequest>,
-        oneshot::Sender<Option<Result<Verdict, ()>>>,
-    ),
-    PeerGc(
-        Box<PeerGcRequest>,
-        oneshot::Sender<Option<Result<PeerGcVerdict, ()>>>,
-    ),
+    Policy(Box<RegenerationRequest>, oneshot::Sender<Outcome<Verdict>>),
+    PeerGc(Box<PeerGcRequest>, oneshot::Sender<Outcome<PeerGcVerdict>>),
     Flush(oneshot::Sender<()>),
 }
 

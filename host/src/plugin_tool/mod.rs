@@ -1,9 +1,14 @@
-//! The vendor's side of plugins (`weftd plugin …`): what a manifest signs and whether an
-//! agent would load it.
+//! The vendor's side of plugins (`weftd plugin …`): scaffold a crate, build it, see what
+//! a manifest signs and whether an agent would load it, and test a build against what
+//! an agent recorded.
 
-use crate::plugins::{self, Manifest, TrustPolicy};
-use std::fmt;
+pub mod build;
+pub mod scaffold;
+
+use crate::plugins::{self, LoadedPlugin, Manifest, ReplayReport, Runtime, TrustPolicy};
+use std::fmt::{self, Write as _};
 use std::path::Path;
+use std::sync::Arc;
 
 /// The fields a signature covers, one per line, as `weftd plugin sign` and `verify`
 /// print them.
@@ -93,4 +98,55 @@ pub fn verify_plugin(
         accepted,
         detail,
     })
+}
+
+/// Replays the recording in `recording` against the plugin of the manifest at `path`
+/// (its digest checked; its signature not, this is a vendor's tool).
+///
+/// # Errors
+/// [`plugins::Error`] when the package, the component or the recording cannot be used.
+pub fn test_plugin(
+    path: &Path,
+    recording: &Path,
+) -> Result<(Manifest, ReplayReport), plugins::Error> {
+    let (manifest, wasm) = plugins::read_package(path, plugins::MAX_COMPONENT_BYTES).result?;
+    let verified = manifest.verify(&wasm, &TrustPolicy::none().allowing_unsigned())?;
+    let runtime = Arc::new(Runtime::new(plugins::Config::default())?);
+    let component = runtime.compile(&wasm)?;
+    let plugin = LoadedPlugin {
+        version: manifest.version.clone(),
+        digest: verified.digest,
+        priority: manifest.priority,
+        config: manifest.config.clone(),
+        shadow: manifest.shadow,
+        ..LoadedPlugin::new(&manifest.name, component)
+    };
+    let events = plugins::read_recording(recording)?;
+    let report = plugins::replay(runtime, plugin, &events)?;
+    Ok((manifest, report))
+}
+
+/// `weftd plugin test`'s output: the summary, then every difference with its input.
+pub fn render_replay(m: &Manifest, r: &ReplayReport) -> String {
+    let mut out = format!(
+        "replayed {} events against {} {} (sha256 {}): {} decisions compared, {} differ, {} hooks failed\n",
+        r.events,
+        m.name,
+        m.version,
+        m.sha256.get(..12).unwrap_or(&m.sha256),
+        r.compared,
+        r.differences.len(),
+        r.failures.len(),
+    );
+    for d in &r.differences {
+        let input = serde_json::to_string(&d.input).unwrap_or_default();
+        let _ = writeln!(out, "#{} {}", d.event, d.input.hook());
+        let _ = writeln!(out, "  input:      {input}");
+        let _ = writeln!(out, "  recorded:   {} ({})", d.recorded, d.recorded_from);
+        let _ = writeln!(out, "  this build: {}", d.replayed);
+    }
+    for (event, why) in &r.failures {
+        let _ = writeln!(out, "#{event} failed: {why}");
+    }
+    out
 }
