@@ -564,6 +564,33 @@ fn render_plugins(p: &plugins::PluginsReport) -> String {
             out.push_str(&format!("  {:<22} counters: {}\n", "", counters.join(" ")));
         }
     }
+    for s in &p.shadows {
+        out.push_str(&format!(
+            "  shadow {} {} (signed by {}): {} compared, {} agreed, {} failures, {}\n",
+            s.name,
+            s.version,
+            s.signed_by.as_deref().unwrap_or("nobody"),
+            s.compared,
+            s.agreed,
+            s.failures,
+            s.state
+        ));
+        if let Some(d) = &s.last_disagreement {
+            out.push_str(&format!(
+                "    last disagreement on {}: live {}, shadow {}\n",
+                d.input.hook(),
+                d.live,
+                d.shadow
+            ));
+        }
+    }
+    if let Some(r) = &p.recording {
+        out.push_str(&format!(
+            "  recording to {} ({} events dropped)\n",
+            r.dir.display(),
+            r.dropped
+        ));
+    }
     for r in &p.refused {
         let kept = r
             .kept

@@ -131,3 +131,183 @@ async fn a_shadow_is_compared_never_acted_on_and_a_recording_replays_against_a_b
     );
     assert!(host.report().recording.is_some_and(|r| r.dropped == 0));
 }
+
+/// The shell block of the SDK README's walkthrough tagged `walkthrough=<step>`.
+fn readme_block(step: &str) -> String {
+    let readme = include_str!("../../plugin-sdk/README.md");
+    let fence = format!("```sh walkthrough={step}\n");
+    let start = readme
+        .find(&fence)
+        .unwrap_or_else(|| panic!("no {step} block in the SDK README"))
+        + fence.len();
+    let end = readme[start..].find("```").unwrap() + start;
+    readme[start..end].to_owned()
+}
+
+/// What the README's blocks are run with.
+struct Shell {
+    env: Vec<(&'static str, std::ffi::OsString)>,
+}
+
+impl Shell {
+    /// Runs the README's `step` block in `dir`, as written; its standard output.
+    fn run(&self, step: &str, dir: &std::path::Path) -> String {
+        let script = readme_block(step);
+        let out = std::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &script])
+            .current_dir(dir)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "README step {step} failed:\n{script}\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+}
+
+/// The SDK README's vendor walkthrough, run as written against a real agent: new →
+/// build → sign → ship → (recorded) → test → shadow → promote.
+#[tokio::test]
+async fn the_sdk_readme_walkthrough_runs_as_written() {
+    use support::agent::{cluster_config, Agent, VendorKey, WEFTD};
+    let e1 = support::Etcd::start().await;
+    cluster_config("cluster1", 1, &e1, false);
+    let vendor = VendorKey::new();
+    let dirs = tempfile::tempdir().unwrap();
+    let (work, plugins, recording) = (
+        dirs.path().join("work"),
+        dirs.path().join("plugins"),
+        dirs.path().join("recording"),
+    );
+    for d in [&work, &plugins] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let trust = dirs.path().join("trust.toml");
+    std::fs::write(
+        &trust,
+        format!(
+            "[[keys]]\nname = \"acme\"\npublic = \"{}\"\nplugins = [\"acme-*\"]\n",
+            vendor.public
+        ),
+    )
+    .unwrap();
+    let flags: Vec<std::ffi::OsString> = vec![
+        "--plugin-dir".into(),
+        plugins.clone().into(),
+        "--plugin-trust-policy".into(),
+        trust.clone().into(),
+        "--plugin-record".into(),
+        recording.clone().into(),
+    ];
+    let refs = || flags.iter().map(|f| f.as_os_str()).collect::<Vec<_>>();
+    let mut agent = Agent::start_with("cluster1", 1, &e1, &refs());
+    let bin = std::path::Path::new(WEFTD).parent().unwrap();
+    let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let shell = Shell {
+        env: vec![
+            ("PATH", path),
+            ("KEY", vendor.key.clone().into()),
+            ("TRUST", trust.clone().into()),
+            ("PLUGIN_DIR", plugins.clone().into()),
+            ("RECORDING", recording.clone().into()),
+            ("STATE", agent.state.path().into()),
+            // Shared between runs: the crate's dependencies are built once.
+            (
+                "CARGO_TARGET_DIR",
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../target/plugin-walkthrough")
+                    .into(),
+            ),
+        ],
+    };
+    let plugin = |s: &serde_json::Value| {
+        s["plugins"]["loaded"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == "acme-policy")
+            .cloned()
+    };
+
+    shell.run("new", &work);
+    let krate = work.join("acme-policy");
+    shell.run("build", &krate);
+    let signed = shell.run("sign", &krate);
+    assert!(signed.contains("accepted: signed by \"acme\""), "{signed}");
+    let live = support::eventually("acme-policy loaded", Duration::from_secs(30), || {
+        plugin(&agent.status_json()?)
+    })
+    .await;
+    assert_eq!(
+        (live["signed_by"].as_str(), live["wit"].as_str()),
+        (Some("acme"), Some("0.2.0"))
+    );
+
+    // A restart (an upgrade, a reboot) asks the policy for the host endpoint: recorded.
+    agent.restart(&refs());
+    support::eventually(
+        "the host endpoint's question recorded",
+        Duration::from_secs(30),
+        || {
+            let events = weft::plugins::read_recording(&recording).ok()?;
+            events
+                .iter()
+                .any(|e| e.answers.iter().any(|a| a.plugin == "acme-policy"))
+                .then_some(())
+        },
+    )
+    .await;
+    let tested = shell.run("test", &krate);
+    // The question acme-policy 0.1.0 answered (5 s) is answered differently (1 s);
+    // the one before it was shipped is compared with what the agent did.
+    assert!(
+        tested.contains("recorded:   Wait { timeout: 5s, barriers: [IpCache, Identities], clusters: [] } (acme-policy 0.1.0)")
+            && tested.contains("this build: Wait { timeout: 1s")
+            && tested.contains("\"labels\":[\"reserved:host\"]")
+            && tested.contains("decisions differ: read them before shipping"),
+        "{tested}"
+    );
+
+    shell.run("shadow", &krate);
+    support::eventually("the shadow loaded", Duration::from_secs(30), || {
+        let s = agent.status_json()?;
+        (s["plugins"]["shadows"][0]["version"] == "0.2.0").then_some(())
+    })
+    .await;
+    agent.restart(&refs());
+    let shadow = support::eventually("the shadow compared", Duration::from_secs(30), || {
+        let s = agent.status_json()?;
+        let shadow = s["plugins"]["shadows"][0].clone();
+        (shadow["compared"] == 1).then_some(shadow)
+    })
+    .await;
+    assert_eq!(shadow["agreed"], 0, "{shadow}");
+    assert!(!shadow["last_disagreement"].is_null(), "{shadow}");
+    let status = shell.run("status", &krate);
+    assert!(
+        status.contains("shadow acme-policy 0.2.0 (signed by acme): 1 compared, 0 agreed")
+            && status.contains("last disagreement on regeneration-policy"),
+        "{status}"
+    );
+    // The live plugin still decided.
+    let live = plugin(&agent.status_json().unwrap()).unwrap();
+    assert_eq!(live["version"], "0.1.0");
+
+    shell.run("promote", &krate);
+    support::eventually(
+        "0.2.0 promoted, the shadow gone",
+        Duration::from_secs(30),
+        || {
+            let s = agent.status_json()?;
+            (plugin(&s)?["version"] == "0.2.0" && s["plugins"]["shadows"] == serde_json::json!([]))
+                .then_some(())
+        },
+    )
+    .await;
+}
