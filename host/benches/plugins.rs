@@ -1,18 +1,21 @@
 //! Plugin benchmark: the shipped `regeneration-policy` on a warm instance, per call
 //! (p50, p99), next to the same decision as a native Rust call in the same run; the
-//! time to instantiate (with `init`); the time to load a component from the compile
-//! cache next to compiling it. `cargo bench -p weft --bench plugins`.
+//! time to instantiate (with `init`), pooled and on demand; the policy through the
+//! plugin host, plain, recorded and shadowed; the time to load a component from the
+//! compile cache next to compiling it. `cargo bench -p weft --bench plugins`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft::plugins::{
     digest_hex, enforce, Barrier, ClusterSync, CompileCache, Config, Decision, Endpoint,
-    EndpointKind, Isolation, LoadedPlugin, PluginSet, RegenerationReason, RegenerationRequest,
-    Runtime, Wait,
+    EndpointKind, Isolation, LoadedPlugin, PluginHost, PluginSet, Recorder, RegenerationReason,
+    RegenerationRequest, Runtime, Wait,
 };
 
 const CALLS: usize = 200_000;
+/// Calls through the plugin host (a thread hop each).
+const HOST_CALLS: usize = 20_000;
 const INSTANCES: usize = 2_000;
 const LOADS: usize = 50;
 
@@ -30,9 +33,11 @@ fn native_policy(request: &RegenerationRequest) -> Decision {
     })
 }
 
-fn request() -> RegenerationRequest {
-    RegenerationRequest {
-        endpoint: Endpoint {
+/// The question for a workload (`pod`) or, as the agent asks it today, the host
+/// endpoint (`weft::regeneration::host_endpoint`).
+fn request(pod: bool) -> RegenerationRequest {
+    let endpoint = if pod {
+        Endpoint {
             kind: EndpointKind::Workload,
             identity: 70_000,
             namespace: "default".into(),
@@ -41,7 +46,12 @@ fn request() -> RegenerationRequest {
                 "k8s:app=web".into(),
                 "k8s:io.kubernetes.pod.namespace=default".into(),
             ],
-        },
+        }
+    } else {
+        weft::regeneration::host_endpoint()
+    };
+    RegenerationRequest {
+        endpoint,
         reason: RegenerationReason::Restore,
         ipsec: false,
         wireguard: false,
@@ -103,19 +113,34 @@ fn main() {
     let rt = Arc::new(Runtime::new(Config::default()).unwrap());
     let bytes = wasm("regeneration_policy");
     let component = rt.compile(&bytes).unwrap();
-    let req = request();
+    let req = request(false);
+    let pod = request(true);
 
     // Per call: the hook on a warm instance, then through the whole set (contract
     // enforcement, isolation bookkeeping), each next to native.
     let mut instance = rt
         .instantiate("regeneration-policy", &component, "", Arc::new(Vec::new))
         .unwrap();
+    // The first measure of a run pays for the CPU's warm-up: one discarded run first.
+    sample(CALLS, || {
+        std::hint::black_box(instance.regeneration_policy(&req).unwrap());
+    });
     let wasm_calls = sample(CALLS, || {
         std::hint::black_box(
             instance
                 .regeneration_policy(std::hint::black_box(&req))
                 .unwrap(),
         );
+    });
+    let pod_calls = sample(CALLS, || {
+        std::hint::black_box(
+            instance
+                .regeneration_policy(std::hint::black_box(&pod))
+                .unwrap(),
+        );
+    });
+    let native_pod = sample(CALLS, || {
+        std::hint::black_box(native_policy(std::hint::black_box(&pod)));
     });
     let native_calls = sample(CALLS, || {
         std::hint::black_box(native_policy(std::hint::black_box(&req)));
@@ -146,12 +171,76 @@ fn main() {
                 .unwrap(),
         );
     });
+    // The same without the pooling allocator, in the same run: the baseline.
+    let on_demand = Runtime::new(Config {
+        pooled_instances: 0,
+        ..Config::default()
+    })
+    .unwrap();
+    let prepared_on_demand = on_demand
+        .prepare("regeneration-policy", &on_demand.compile(&bytes).unwrap())
+        .unwrap();
+    let instantiate_on_demand = sample(INSTANCES, || {
+        std::hint::black_box(
+            on_demand
+                .instantiate_prepared(&prepared_on_demand, "", Arc::new(Vec::new))
+                .unwrap(),
+        );
+    });
+    let mut od_instance = on_demand
+        .instantiate_prepared(&prepared_on_demand, "", Arc::new(Vec::new))
+        .unwrap();
+    let od_calls = sample(CALLS, || {
+        std::hint::black_box(
+            od_instance
+                .regeneration_policy(std::hint::black_box(&req))
+                .unwrap(),
+        );
+    });
     let instantiate_checked = sample(INSTANCES, || {
         std::hint::black_box(
             rt.instantiate("regeneration-policy", &component, "", Arc::new(Vec::new))
                 .unwrap(),
         );
     });
+
+    // Through the plugin host, the agent's path: a thread per plugin, every wait
+    // bounded. The same question with every hook recorded, and with a shadow beside
+    // the live plugin, against the plain host in the same run.
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let live = LoadedPlugin {
+        digest: digest_hex(&bytes),
+        ..LoadedPlugin::new("regeneration-policy", component.clone())
+    };
+    let host_with = |setup: &dyn Fn(&PluginHost)| {
+        let host = PluginHost::new(rt.clone(), Arc::new(Vec::new), Isolation::default());
+        setup(&host);
+        tokio.block_on(host.install(live.clone())).unwrap();
+        let calls = sample(HOST_CALLS, || {
+            std::hint::black_box(tokio.block_on(host.regeneration_policy(req.clone())));
+        });
+        (calls, host)
+    };
+    let (host_plain, _) = host_with(&|_| {});
+    let record_dir = tempfile::tempdir().unwrap();
+    let (host_recorded, recorded) = host_with(&|h| {
+        h.record_to(Arc::new(
+            Recorder::start(record_dir.path(), 256 << 20).unwrap(),
+        ))
+    });
+    let (host_shadowed, shadowed) = host_with(&|h| {
+        let shadow = LoadedPlugin {
+            shadow: true,
+            ..live.clone()
+        };
+        tokio.block_on(h.install(shadow)).unwrap();
+    });
+    tokio.block_on(shadowed.flush());
+    let compared = shadowed.report().shadows[0].compared;
+    let dropped = recorded.report().recording.map_or(0, |r| r.dropped);
 
     // Load: compile (cache miss) next to a cache hit.
     let dir = tempfile::tempdir().unwrap();
@@ -178,11 +267,25 @@ fn main() {
     println!("| measure | p50 | p99 | baseline p50 | ratio (p50) | target |");
     println!("|---|---|---|---|---|---|");
     println!(
-        "| policy hook, warm instance | {} | {} | native {} | {:.1}× | p50 < 2 µs |",
+        "| policy hook, warm instance | {} | {} | native {} | {:.1}× | p50 < 1 µs |",
         us(pct(&wasm_calls, 0.5)),
         us(pct(&wasm_calls, 0.99)),
         us(pct(&native_calls, 0.5)),
         ratio(pct(&wasm_calls, 0.5), pct(&native_calls, 0.5)),
+    );
+    println!(
+        "| … on an instance allocated on demand | {} | {} | pooled {} | {:.2}× | — |",
+        us(pct(&od_calls, 0.5)),
+        us(pct(&od_calls, 0.99)),
+        us(pct(&wasm_calls, 0.5)),
+        ratio(pct(&od_calls, 0.5), pct(&wasm_calls, 0.5)),
+    );
+    println!(
+        "| … for a workload (labels, namespace, name) | {} | {} | native {} | {:.1}× | — |",
+        us(pct(&pod_calls, 0.5)),
+        us(pct(&pod_calls, 0.99)),
+        us(pct(&native_pod, 0.5)),
+        ratio(pct(&pod_calls, 0.5), pct(&native_pod, 0.5)),
     );
     println!(
         "| policy through the plugin set (enforced) | {} | {} | native + enforce {} | {:.1}× | — |",
@@ -192,14 +295,41 @@ fn main() {
         ratio(pct(&set_calls, 0.5), pct(&native_enforced, 0.5)),
     );
     println!(
-        "| instantiate + init (prepared) | {} | {} | — | — | < 50 µs |",
+        "| instantiate + init (prepared, pooled) | {} | {} | on demand {} | {:.2}× | < 20 µs |",
         us(pct(&instantiate, 0.5)),
         us(pct(&instantiate, 0.99)),
+        us(pct(&instantiate_on_demand, 0.5)),
+        ratio(pct(&instantiate, 0.5), pct(&instantiate_on_demand, 0.5)),
     );
     println!(
         "| check + instantiate + init (first load) | {} | {} | — | — | — |",
         us(pct(&instantiate_checked, 0.5)),
         us(pct(&instantiate_checked, 0.99)),
+    );
+    println!(
+        "| policy through the plugin host | {} | {} | the set {} | {:.1}× | — |",
+        us(pct(&host_plain, 0.5)),
+        us(pct(&host_plain, 0.99)),
+        us(pct(&set_calls, 0.5)),
+        ratio(pct(&host_plain, 0.5), pct(&set_calls, 0.5)),
+    );
+    println!(
+        "| … with every hook recorded | {} | {} | the host {} | {:.2}× | — |",
+        us(pct(&host_recorded, 0.5)),
+        us(pct(&host_recorded, 0.99)),
+        us(pct(&host_plain, 0.5)),
+        ratio(pct(&host_recorded, 0.5), pct(&host_plain, 0.5)),
+    );
+    println!(
+        "| … with one shadow plugin | {} | {} | the host {} | {:.2}× | — |",
+        us(pct(&host_shadowed, 0.5)),
+        us(pct(&host_shadowed, 0.99)),
+        us(pct(&host_plain, 0.5)),
+        ratio(pct(&host_shadowed, 0.5), pct(&host_plain, 0.5)),
+    );
+    println!(
+        "(recording: {dropped} of {} events dropped by the writer; shadow: {compared} answers compared)",
+        HOST_CALLS + HOST_CALLS / 10
     );
     println!(
         "| load from the compile cache (hit) | {} | {} | compile (miss) {} | {:.3}× | < 5 ms |",

@@ -81,7 +81,7 @@ pub enum PluginCommand {
         dir: PathBuf,
     },
     /// Build the plugin crate in DIR for wasm32-wasip2, check it as an agent would,
-    /// and write dist/<name>.wasm with its manifest (digest and WIT version filled in,
+    /// and write `dist/<name>.wasm` with its manifest (digest and WIT version filled in,
     /// unsigned).
     Build {
         /// The crate (default: the current directory).
@@ -373,6 +373,7 @@ impl RunArgs {
                     },
                     max_wait: self.plugins.plugin_max_wait,
                     stall: plugins::Config::stall_for(self.plugins.plugin_deadline),
+                    ..plugins::Config::default()
                 },
             },
         }

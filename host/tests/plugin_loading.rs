@@ -530,6 +530,14 @@ async fn the_component_must_be_a_small_regular_file_inside_the_directory() {
     )
     .unwrap();
     manifest("fifo", "fifo.wasm");
+    // A manifest that leads out of the directory is not read at all.
+    let stray = outside.path().join("stray.toml");
+    std::fs::write(
+        &stray,
+        "name = \"stray\"\nversion = \"1.0.0\"\nwasm = \"x.wasm\"\nsha256 = \"00\"\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&stray, p.dir.path().join("stray.toml")).unwrap();
     // Within a bound: a FIFO must not block the reader.
     support::within(
         "the directory pass",

@@ -213,9 +213,14 @@ impl PluginDir {
     }
 }
 
-/// The manifests in `dir`: non-hidden `*.toml` files (symlinks followed, as Kubernetes'
-/// ConfigMap mounts need).
+/// The manifests in `dir`: non-hidden `*.toml` files, regular files inside the
+/// directory (symlinks followed, as Kubernetes' ConfigMap mounts need, but not out of
+/// the directory).
 fn manifests(dir: &Path) -> Vec<PathBuf> {
+    let Ok(root) = std::fs::canonicalize(dir) else {
+        return Vec::new();
+    };
+    let inside = |p: &Path| std::fs::canonicalize(p).is_ok_and(|c| c.starts_with(&root));
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -226,7 +231,7 @@ fn manifests(dir: &Path) -> Vec<PathBuf> {
                 .file_name()
                 .map(|n| n.to_string_lossy())
                 .unwrap_or_default();
-            !name.starts_with('.') && name.ends_with(".toml") && p.is_file()
+            !name.starts_with('.') && name.ends_with(".toml") && p.is_file() && inside(p)
         })
         .collect();
     found.sort();

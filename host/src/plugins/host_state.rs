@@ -4,8 +4,9 @@
 
 use super::bindings::weft::plugin::{clock, log, mesh, metrics, types};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -66,8 +67,10 @@ pub struct HostState {
     table: ResourceTable,
     mesh: MeshView,
     started: Instant,
-    /// When the current call must end: WASI waits end there ([`super::wasi`]).
-    pub call_deadline: Instant,
+    /// The epoch's ticks (milliseconds), and the tick the current call must end by:
+    /// WASI waits end there (the `wasi` module).
+    clock: Arc<AtomicU64>,
+    call_deadline_tick: u64,
     /// Counters and gauges the plugin reported.
     pub counters: BTreeMap<String, u64>,
     pub gauges: BTreeMap<String, i64>,
@@ -79,7 +82,7 @@ pub struct HostState {
 }
 
 impl HostState {
-    pub fn new(plugin: Arc<str>, bounds: Bounds, mesh: MeshView) -> Self {
+    pub fn new(plugin: Arc<str>, bounds: Bounds, mesh: MeshView, clock: Arc<AtomicU64>) -> Self {
         // Standard streams: stdin empty, stdout and stderr discard. No preopens, no
         // environment, no sockets (not linked either).
         let wasi = WasiCtxBuilder::new()
@@ -105,7 +108,8 @@ impl HostState {
             table,
             mesh,
             started: Instant::now(),
-            call_deadline: Instant::now(),
+            clock,
+            call_deadline_tick: 0,
             counters: BTreeMap::new(),
             gauges: BTreeMap::new(),
             counters_changed: false,
@@ -114,11 +118,19 @@ impl HostState {
         }
     }
 
-    /// Starts a call that must end by `deadline`.
-    pub fn begin_call(&mut self, deadline: Instant) {
-        self.call_deadline = deadline;
+    /// Starts a call that must end within `ticks` epoch ticks.
+    pub fn begin_call(&mut self, ticks: u64) {
+        self.call_deadline_tick = self.clock.load(Ordering::Relaxed) + ticks;
         self.log_lines = 0;
         self.log_bytes = 0;
+    }
+
+    /// When the current call must end, as an instant (read only when a WASI wait asks).
+    pub fn call_deadline(&self) -> Instant {
+        let left = self
+            .call_deadline_tick
+            .saturating_sub(self.clock.load(Ordering::Relaxed));
+        Instant::now() + Duration::from_millis(left)
     }
 
     /// Log lines dropped in the current call.

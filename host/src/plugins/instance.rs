@@ -11,7 +11,7 @@ use super::host_state::{HostState, LimitExceeded};
 use super::runtime::ticks;
 use super::wasi::BlockedPastDeadline;
 use crate::clustermesh::Resource;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use wasmtime::Store;
 
 /// How one call failed. The instance that failed is not used again.
@@ -101,9 +101,7 @@ impl Instance {
 
     fn prepare(&mut self) {
         self.store.set_epoch_deadline(ticks(self.deadline));
-        self.store
-            .data_mut()
-            .begin_call(Instant::now() + self.deadline);
+        self.store.data_mut().begin_call(ticks(self.deadline));
     }
 
     /// The `weft:plugin` version the plugin speaks.

@@ -68,6 +68,10 @@ pub struct Config {
     /// thread replaced. A call is stopped at `deadline`; this bound is for what the
     /// sandbox cannot stop (a host call that never returns).
     pub stall: Duration,
+    /// Plugin instances the pooling allocator reserves room for (one per plugin and
+    /// shadow, plus abandoned threads' and those being replaced); 0 allocates each
+    /// instance on demand.
+    pub pooled_instances: u32,
 }
 
 impl Config {
@@ -87,6 +91,7 @@ impl Default for Config {
             bounds: Bounds::default(),
             max_wait: Duration::from_secs(300),
             stall: Self::stall_for(deadline),
+            pooled_instances: 128,
         }
     }
 }

@@ -5,14 +5,16 @@ use super::bindings::{self, v0_1};
 use super::host_state::{HostState, MeshView};
 use super::instance::{CallError, Hooks, Instance};
 use super::{Config, Error};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
 /// The epoch tick: deadlines are counted in these.
 const TICK: Duration = Duration::from_millis(1);
+// `HostState::call_deadline` counts ticks as milliseconds.
+const _: () = assert!(TICK.as_millis() == 1);
 
 /// The engine, the linker with the host's imports, and the clock that ends calls.
 pub struct Runtime {
@@ -20,6 +22,9 @@ pub struct Runtime {
     linker: Linker<HostState>,
     config: Config,
     ticking: Arc<AtomicBool>,
+    /// The epoch's ticks, readable by the host: a call's deadline in ticks costs no
+    /// clock read.
+    clock: Arc<AtomicU64>,
 }
 
 impl Runtime {
@@ -29,7 +34,9 @@ impl Runtime {
     /// [`Error::Engine`] when wasmtime cannot be set up.
     pub fn new(config: Config) -> Result<Self, Error> {
         let mut wc = wasmtime::Config::new();
-        wc.wasm_component_model(true).epoch_interruption(true);
+        wc.wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(allocation(&config));
         let engine = Engine::new(&wc).map_err(Error::engine)?;
         let mut linker = Linker::new(&engine);
         super::wasi::add_to_linker(&mut linker).map_err(Error::engine)?;
@@ -40,12 +47,14 @@ impl Runtime {
         v0_1::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(Error::engine)?;
         let ticking = Arc::new(AtomicBool::new(true));
-        let (e, t) = (engine.clone(), ticking.clone());
+        let clock = Arc::new(AtomicU64::new(0));
+        let (e, t, c) = (engine.clone(), ticking.clone(), clock.clone());
         std::thread::Builder::new()
             .name("weft-plugin-epoch".into())
             .spawn(move || {
                 while t.load(Ordering::Relaxed) {
                     std::thread::sleep(TICK);
+                    c.fetch_add(1, Ordering::Relaxed);
                     e.increment_epoch();
                 }
             })
@@ -57,6 +66,7 @@ impl Runtime {
             linker,
             config,
             ticking,
+            clock,
         })
     }
 
@@ -138,15 +148,18 @@ impl Runtime {
         mesh: MeshView,
     ) -> Result<Instance, Error> {
         let name = &prepared.name;
-        let state = HostState::new(name.clone(), self.config.bounds.clone(), mesh);
+        let state = HostState::new(
+            name.clone(),
+            self.config.bounds.clone(),
+            mesh,
+            self.clock.clone(),
+        );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.epoch_deadline_trap();
         // Instantiation runs guest code too: it gets the same bound as a call.
         store.set_epoch_deadline(ticks(self.config.deadline));
-        store
-            .data_mut()
-            .begin_call(Instant::now() + self.config.deadline);
+        store.data_mut().begin_call(ticks(self.config.deadline));
         let hooks = match &prepared.pre {
             HooksPre::Current(pre) => pre.instantiate(&mut store).map(Hooks::Current),
             HooksPre::V0_1(pre) => pre.instantiate(&mut store).map(Hooks::V0_1),
@@ -196,6 +209,29 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.ticking.store(false, Ordering::Relaxed);
     }
+}
+
+/// Instances from pools reserved once: a new instance (after a failed call, a reload)
+/// costs no `mmap` or page-table setup. Sized for `config.pooled_instances` plugin
+/// instances at once, each with one memory of the instance's cap; an instantiation
+/// past that fails like any other (the plugin's call fails, the default answers).
+/// Without pooled instances, each instance maps its own.
+fn allocation(config: &Config) -> wasmtime::InstanceAllocationStrategy {
+    let n = config.pooled_instances;
+    if n == 0 {
+        return wasmtime::InstanceAllocationStrategy::OnDemand;
+    }
+    let mut p = wasmtime::PoolingAllocationConfig::default();
+    p.total_component_instances(n)
+        // A component's core instances: the module and wit-component's shims.
+        .total_core_instances(n * 8)
+        .total_memories(n)
+        .total_tables(n * 8)
+        .max_memories_per_component(1)
+        .max_tables_per_component(8)
+        .max_memory_size(config.bounds.memory)
+        .table_elements(config.bounds.table_elements);
+    wasmtime::InstanceAllocationStrategy::Pooling(p)
 }
 
 /// A deadline in epoch ticks.

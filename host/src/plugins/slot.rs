@@ -47,14 +47,14 @@ pub struct LoadedPlugin {
 
 impl LoadedPlugin {
     /// Plugin `name` from `component`, with the defaults of a manifest that sets only
-    /// name and component: version 0.0.0, WIT 0.1.0, priority 0, empty config, live,
-    /// unsigned, digest unknown (`-`).
+    /// name and component: version 0.0.0, priority 0, empty config, live, unsigned,
+    /// digest unknown (`-`); its WIT version is read from the instance when it starts.
     pub fn new(name: &str, component: Component) -> Self {
         Self {
             name: name.into(),
             version: "0.0.0".into(),
             digest: "-".into(),
-            wit: "0.1.0".into(),
+            wit: String::new(),
             priority: 0,
             config: String::new(),
             shadow: false,
@@ -245,11 +245,14 @@ impl Slot {
     ///
     /// # Errors
     /// [`super::Error`] when it cannot be instantiated or its `init` fails.
-    pub fn start(cx: &Context, plugin: LoadedPlugin) -> Result<Self, super::Error> {
+    pub fn start(cx: &Context, mut plugin: LoadedPlugin) -> Result<Self, super::Error> {
         let prepared = cx.runtime.prepare(&plugin.name, &plugin.component)?;
         let instance =
             cx.runtime
                 .instantiate_prepared(&prepared, &plugin.config, cx.mesh.clone())?;
+        if plugin.wit.is_empty() {
+            plugin.wit = instance.wit().into();
+        }
         Ok(Self {
             plugin,
             prepared,

@@ -36,7 +36,7 @@ pub fn add_to_linker(l: &mut Linker<HostState>) -> wasmtime::Result<()> {
     })?;
     io::streams::add_to_linker::<HostState, Table>(l, |s| s.ctx().table)?;
     io::poll::add_to_linker::<HostState, Bounded>(l, |s| {
-        let deadline = s.call_deadline;
+        let deadline = s.call_deadline();
         BoundedPoll {
             table: s.ctx().table,
             deadline,
