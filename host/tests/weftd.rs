@@ -215,7 +215,7 @@ async fn an_agent_loads_signed_plugins_calls_their_hooks_and_reloads_them() {
         p["signed_by"].as_str().unwrap().starts_with("key-"),
         "named after the trusted key: {p}"
     );
-    assert_eq!(p["wit"], "0.1.0");
+    assert_eq!(p["wit"], weft::plugins::WIT_VERSION);
     assert_eq!(
         status["plugins"]["trust"],
         "signatures required (1 trusted keys)"
