@@ -4,21 +4,12 @@
 
 mod support;
 
-use std::time::{Duration, SystemTime};
-use support::agent::{cluster_config, package, Agent, VendorKey};
+use std::time::Duration;
+use support::agent::{cluster_config, logged_at, package, Agent, VendorKey};
 use support::{eventually, Etcd};
 
 /// The default wait the built-in policy carries out for an unreachable cluster.
 const DEFAULT_WAIT: Duration = Duration::from_secs(3);
-
-/// The time of the first JSON log line containing every one of `needles`.
-fn logged_at(log: &str, needles: &[&str]) -> Option<SystemTime> {
-    let line = log
-        .lines()
-        .find(|l| needles.iter().all(|n| l.contains(n)))?;
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    humantime::parse_rfc3339_weak(v["timestamp"].as_str()?.trim_end_matches('Z')).ok()
-}
 
 #[tokio::test]
 async fn rogue_plugins_cannot_hold_the_host_endpoint_or_the_status() {

@@ -4,6 +4,8 @@
 
 mod support;
 
+use support::cluster_sync as sync;
+
 use std::sync::Arc;
 use std::time::Duration;
 use weft::clustermesh::Resource;
@@ -12,17 +14,6 @@ use weft::plugins::{
     PeerGcVerdict, PluginHost, PluginSet, RegenerationReason, ResourceCounts, RestoredPeer,
     Runtime, Verdict,
 };
-
-fn sync(name: &str, synced: bool) -> ClusterSync {
-    ClusterSync {
-        name: name.into(),
-        connected: true,
-        nodes_synced: synced,
-        ipcache_synced: synced,
-        identities_synced: synced,
-        services_synced: synced,
-    }
-}
 
 fn mesh(clusters: Vec<ClusterSync>) -> MeshView {
     Arc::new(move || clusters.clone())

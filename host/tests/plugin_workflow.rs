@@ -3,23 +3,14 @@
 
 mod support;
 
+use support::cluster_sync as sync;
+
 use std::sync::Arc;
 use std::time::Duration;
 use weft::plugins::{
-    read_recording, replay, ClusterSync, Config, EndpointKind, HookInput, Isolation, LoadedPlugin,
-    MeshView, PluginHost, Recorder, Runtime, Said, Verdict,
+    read_recording, replay, Config, EndpointKind, HookInput, Isolation, LoadedPlugin, MeshView,
+    PluginHost, Recorder, Runtime, Said, Verdict,
 };
-
-fn sync(name: &str, synced: bool) -> ClusterSync {
-    ClusterSync {
-        name: name.into(),
-        connected: true,
-        nodes_synced: synced,
-        ipcache_synced: synced,
-        identities_synced: synced,
-        services_synced: synced,
-    }
-}
 
 fn plugin(rt: &Runtime, name: &str, file: &str, config: &str, shadow: bool) -> LoadedPlugin {
     let wasm = std::fs::read(support::plugin_wasm(file)).unwrap();
@@ -65,6 +56,12 @@ async fn a_shadow_is_compared_never_acted_on_and_a_recording_replays_against_a_b
         .unwrap();
     assert_eq!(host.report().shadows.len(), 1, "one shadow per name");
     assert_eq!(host.regeneration_policy(pending()).await, live);
+    // Comparisons finish off the question's path, in any order: one at a time here,
+    // so that the last disagreement is the second question's.
+    support::eventually("the first comparison", Duration::from_secs(10), || {
+        (host.report().shadows.first()?.compared == 1).then_some(())
+    })
+    .await;
     assert_eq!(
         host.regeneration_policy(synced()).await.verdict,
         live.verdict

@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use weft::clustermesh::Resource;
 use weft::plugins::{
-    enforce, enforce_peer_gc, Barrier, CallError, Cluster, ClusterSync, Config, Decision,
-    EndpointKind, Isolation, LoadedPlugin, PeerGcRequest, PeerGcVerdict, PluginSet,
-    RegenerationRequest, ResourceCounts, RestoredPeer, Runtime, Verdict, Violation, Wait,
+    enforce, enforce_peer_gc, Barrier, CallError, Cluster, Config, Decision, EndpointKind,
+    Isolation, LoadedPlugin, PeerGcRequest, PeerGcVerdict, PluginSet, RegenerationRequest,
+    ResourceCounts, RestoredPeer, Runtime, Verdict, Violation, Wait,
 };
 
 mod support;
+
+use support::cluster_sync;
 
 fn wasm(name: &str) -> Vec<u8> {
     let path = support::plugin_wasm(name);
@@ -196,17 +198,6 @@ fn loaded(rt: &Runtime, name: &str, file: &str, priority: i32, config: &str) -> 
         priority,
         config: config.into(),
         ..LoadedPlugin::new(name, rt.compile(&wasm(file)).unwrap())
-    }
-}
-
-fn cluster_sync(name: &str, synced: bool) -> ClusterSync {
-    ClusterSync {
-        name: name.into(),
-        connected: true,
-        nodes_synced: synced,
-        ipcache_synced: synced,
-        identities_synced: synced,
-        services_synced: synced,
     }
 }
 

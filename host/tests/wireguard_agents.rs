@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::agent::{cluster_config, Agent};
+use support::agent::{cluster_config, logged_at, Agent};
 use support::netns::{joined_pair, Netns};
 use support::{eventually, Etcd};
 use weft::wireguard::WireGuardDevice;
@@ -639,17 +639,7 @@ async fn a_restored_peer_of_a_cluster_removed_while_frozen_goes_once_the_cluster
         return;
     };
     let key = wireguard_control::Key([7; 32]).to_base64();
-    e2.put(
-        "cilium/state/nodes/v1/cluster2/n1",
-        &node_json("n1", "10.100.1.1", &key),
-    )
-    .await;
-    support::write_config_file(agent.mesh_dir.path(), "cluster2", &e2.url());
-    eventually("a peer for n1", Duration::from_secs(30), || {
-        let s = agent.status_json()?;
-        (peers(&s).len() == 1).then_some(())
-    })
-    .await;
+    peer_for_n1(agent, e2, &key).await;
 
     // Restarted with cluster2 frozen: the peer is restored and kept.
     e2.pause();
@@ -680,11 +670,19 @@ async fn a_restored_peer_of_a_cluster_removed_while_frozen_goes_once_the_cluster
     e2.resume();
 }
 
-/// The time of the first JSON log line containing `needle`.
-fn logged_at(log: &str, needle: &str) -> Option<std::time::SystemTime> {
-    let line = log.lines().find(|l| l.contains(needle))?;
-    let v: Value = serde_json::from_str(line).ok()?;
-    humantime::parse_rfc3339_weak(v["timestamp"].as_str()?.trim_end_matches('Z')).ok()
+/// cluster2's node n1 publishes `key`; cluster2 is added; the agent makes n1 a peer.
+async fn peer_for_n1(agent: &Agent, e2: &Etcd, key: &str) {
+    e2.put(
+        "cilium/state/nodes/v1/cluster2/n1",
+        &node_json("n1", "10.100.1.1", key),
+    )
+    .await;
+    support::write_config_file(agent.mesh_dir.path(), "cluster2", &e2.url());
+    eventually("a peer for n1", Duration::from_secs(30), || {
+        let s = agent.status_json()?;
+        (peers(&s).len() == 1).then_some(())
+    })
+    .await;
 }
 
 /// A restored peer no node claims any more, with the peer-gc-policy holding it back
@@ -697,17 +695,7 @@ async fn restored_orphan_collected_after(test: &str, hold: Option<Duration>) -> 
         return None;
     };
     let key = wireguard_control::Key([9; 32]).to_base64();
-    e2.put(
-        "cilium/state/nodes/v1/cluster2/n1",
-        &node_json("n1", "10.100.1.1", &key),
-    )
-    .await;
-    support::write_config_file(agent.mesh_dir.path(), "cluster2", &e2.url());
-    eventually("a peer for n1", Duration::from_secs(30), || {
-        let s = agent.status_json()?;
-        (peers(&s).len() == 1).then_some(())
-    })
-    .await;
+    peer_for_n1(agent, e2, &key).await;
     // n1 leaves while the agent is down: after the restart its peer is an orphan.
     let plugins = tempfile::tempdir().unwrap();
     let vendor = support::agent::VendorKey::new();
@@ -745,8 +733,9 @@ async fn restored_orphan_collected_after(test: &str, hold: Option<Duration>) -> 
             vendor.trusted.clone().into(),
         ]);
     }
+    agent.kill();
     e2.delete("cilium/state/nodes/v1/cluster2/n1").await;
-    agent.restart(&refs(&flags));
+    agent.start_again(&refs(&flags));
     let s = eventually("the orphan collected", Duration::from_secs(60), || {
         agent
             .status_json()
@@ -761,9 +750,9 @@ async fn restored_orphan_collected_after(test: &str, hold: Option<Duration>) -> 
     let log = agent.log();
     let restart = log.rfind("weftd running").unwrap();
     let log = &log[restart..];
-    let may_go = logged_at(log, "restored WireGuard peers may go").unwrap();
-    let collected = logged_at(log, "restored WireGuard peers collected").unwrap();
-    let held = logged_at(log, "held back by the peer-gc policy");
+    let may_go = logged_at(log, &["restored WireGuard peers may go"]).unwrap();
+    let collected = logged_at(log, &["restored WireGuard peers collected"]).unwrap();
+    let held = logged_at(log, &["held back by the peer-gc policy"]);
     assert_eq!(held.is_some(), hold.is_some(), "{log}");
     Some(collected.duration_since(may_go).unwrap())
 }

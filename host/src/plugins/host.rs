@@ -185,7 +185,7 @@ impl PluginHost {
     /// answer in time counts as failed, and the built-in default answers.
     pub async fn regeneration_policy(&self, request: RegenerationRequest) -> Answer {
         let default = || Answer::default_for(&request);
-        let input = HookInput::RegenerationPolicy {
+        let input = || HookInput::RegenerationPolicy {
             request: request.clone(),
         };
         self.ask(input, default, "regeneration-policy", |reply| {
@@ -197,7 +197,7 @@ impl PluginHost {
     /// Asks the peer-gc-policy hook, as [`Self::regeneration_policy`]; the built-in
     /// default collects.
     pub async fn peer_gc_policy(&self, request: PeerGcRequest) -> Answer<PeerGcVerdict> {
-        let input = HookInput::PeerGcPolicy {
+        let input = || HookInput::PeerGcPolicy {
             request: request.clone(),
         };
         self.ask(input, Answer::default_peer_gc, "peer-gc-policy", |reply| {
@@ -208,10 +208,11 @@ impl PluginHost {
 
     /// The chain of a policy hook over the running plugins, each asked with `job` ahead
     /// of its queued hooks and waited for at most the stall bound. A plugin's shadow is
-    /// asked the same, beside it, and compared off this path.
+    /// asked the same, beside it, and compared off this path. `input` is made only for
+    /// the recording and the shadows.
     async fn ask<V: Opinion>(
         &self,
-        input: HookInput,
+        input: impl Fn() -> HookInput,
         default: impl Fn() -> Answer<V>,
         hook: &str,
         job: impl Fn(oneshot::Sender<Outcome<V>>) -> Job,
@@ -222,7 +223,7 @@ impl PluginHost {
         };
         let mut event = self.inner.recorder.get().map(|_| Event {
             mesh: (self.inner.cx.mesh)(),
-            ..Event::now(input.clone())
+            ..Event::now(input())
         });
         let mut answer = None;
         for w in workers {
@@ -257,7 +258,7 @@ impl PluginHost {
                 e.answers.push(answered(&w.plugin, false, said.clone()));
             }
             if let (Some((shadow, reply)), Some(live)) = (shadow, said) {
-                self.compare_later(shadow, reply, input.clone(), live, hook);
+                self.compare_later(shadow, reply, input(), live, hook);
             }
             if let Step::Done(a) = step(&default, &w.plugin.name, outcome) {
                 answer = Some(a);

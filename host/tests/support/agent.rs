@@ -54,9 +54,19 @@ impl Agent {
     /// Kills the agent (as a crash or an upgrade would) and starts it again over the
     /// same directories, with `extra` flags.
     pub fn restart(&mut self, extra: &[&OsStr]) {
+        self.kill();
+        self.start_again(extra);
+    }
+
+    /// Kills the agent; [`Self::start_again`] starts it over the same directories.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(self.state.path().join("weftd.sock"));
+    }
+
+    /// Starts a killed agent again over the same directories, with `extra` flags.
+    pub fn start_again(&mut self, extra: &[&OsStr]) {
         self.child = spawn(
             &self.cluster,
             self.id,
@@ -228,4 +238,14 @@ impl VendorKey {
             trusted,
         }
     }
+}
+
+/// The time of the first JSON log line (`--log-format json`) containing every one of
+/// `needles`.
+pub fn logged_at(log: &str, needles: &[&str]) -> Option<std::time::SystemTime> {
+    let line = log
+        .lines()
+        .find(|l| needles.iter().all(|n| l.contains(n)))?;
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    humantime::parse_rfc3339_weak(v["timestamp"].as_str()?.trim_end_matches('Z')).ok()
 }

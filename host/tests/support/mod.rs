@@ -13,7 +13,7 @@ mod tls;
 pub use mesh::{counts, Lab};
 
 pub use etcd::Etcd;
-pub use plugins::{plugin_wasm, request};
+pub use plugins::{cluster_sync, plugin_wasm, request};
 pub use proxy::Proxy;
 pub use tls::Pki;
 

@@ -56,3 +56,15 @@ pub fn request(
         clusters,
     }
 }
+
+/// A remote cluster's sync state as a hook sees it: every barrier `synced` or not.
+pub fn cluster_sync(name: &str, synced: bool) -> weft::plugins::ClusterSync {
+    weft::plugins::ClusterSync {
+        name: name.into(),
+        connected: true,
+        nodes_synced: synced,
+        ipcache_synced: synced,
+        identities_synced: synced,
+        services_synced: synced,
+    }
+}
