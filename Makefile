@@ -15,7 +15,7 @@ build: deps
 
 ## plugins: the shipped and test plugins, as wasm32-wasip2 components.
 plugins: deps
-	$(CARGO) build --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
+	cd plugins && $(CARGO) build --release --target wasm32-wasip2
 
 ## test: unit, doc and integration tests (real etcd processes on loopback, real plugins).
 test: deps plugins

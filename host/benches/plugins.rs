@@ -99,6 +99,8 @@ fn wasm(name: &str) -> Vec<u8> {
         .args(["build", "--release", "--target", "wasm32-wasip2"])
         .arg("--manifest-path")
         .arg(root.join("plugins/Cargo.toml"))
+        // From there, so that `plugins/.cargo/config.toml` applies.
+        .current_dir(root.join("plugins"))
         .status()
         .expect("cargo runs");
     assert!(

@@ -29,6 +29,7 @@ async fn rogue_plugins_cannot_hold_the_host_endpoint_or_the_status() {
         ("test_resource_leak", "host resources"),
         ("test_metric_flood", "metric names"),
         ("test_huge_log", "log bytes per call"),
+        ("test_table_grow", "table elements"),
     ] {
         let plugins = tempfile::tempdir().unwrap();
         package(plugins.path(), "rogue", file, "1.0.0", 100, key);

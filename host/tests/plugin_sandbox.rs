@@ -1,5 +1,6 @@
 //! The sandbox holds: rogue plugins (a WASI sleep, a busy poll, a resource leak, a
-//! flood of metric names, a 10 MiB log line, a host call that never returns) each fail
+//! flood of metric names, a 10 MiB log line, a growing wasm table, a host call that
+//! never returns) each fail
 //! alone, at the bound they break; the built-in default answers and the other plugins
 //! and the agent serve on. Real `wasm32-wasip2` components.
 
@@ -55,7 +56,7 @@ fn runtime() -> Arc<Runtime> {
 fn each_rogue_plugin_fails_at_the_bound_it_breaks() {
     let rt = runtime();
     type Expected = fn(&CallError) -> bool;
-    let cases: [(&str, Expected); 6] = [
+    let cases: [(&str, Expected); 7] = [
         ("test_wasi_sleep", |e| *e == CallError::Deadline),
         ("test_busy_poll", |e| *e == CallError::Deadline),
         ("test_spin", |e| *e == CallError::Deadline),
@@ -70,6 +71,10 @@ fn each_rogue_plugin_fails_at_the_bound_it_breaks() {
         (
             "test_huge_log",
             |e| matches!(e, CallError::Limit { what } if what.contains("log bytes per call")),
+        ),
+        (
+            "test_table_grow",
+            |e| matches!(e, CallError::Limit { what } if what.contains("table elements")),
         ),
     ];
     for (file, expected) in cases {
@@ -98,6 +103,7 @@ fn a_rogue_plugin_fails_alone_and_the_default_decides() {
         ("test_resource_leak", "host resources"),
         ("test_metric_flood", "metric names"),
         ("test_huge_log", "log bytes per call"),
+        ("test_table_grow", "table elements"),
     ] {
         let rt = runtime();
         let mut set = PluginSet::new(rt.clone(), Arc::new(Vec::new), Isolation::default());

@@ -69,8 +69,14 @@ pub fn build(dir: &Path, cargo: &str) -> Result<(PathBuf, Manifest), Error> {
             path: source_path.clone(),
             reason,
         })?;
-    let manifest_path = dir.join("Cargo.toml");
+    // Absolute: cargo runs in `dir`, which may be relative to this process's directory.
+    let manifest_path = std::path::absolute(dir.join("Cargo.toml")).map_err(|e| Error::Cargo {
+        what: "build",
+        reason: e.to_string(),
+    })?;
+    // In the crate's directory: cargo reads `.cargo/config.toml` from there.
     let status = Command::new(cargo)
+        .current_dir(manifest_path.parent().expect("a file has a parent"))
         .args([
             "build",
             "--release",

@@ -4,8 +4,13 @@
 use std::path::{Path, PathBuf};
 
 /// The files of a new plugin crate, relative to its directory, with `{{name}}`
-/// replaced.
-const TEMPLATE: [(&str, &str); 4] = [
+/// replaced. The cargo config is the one weft's own plugins build with (its stack
+/// size); `weftd plugin build` runs cargo in the crate's directory so it applies.
+const TEMPLATE: [(&str, &str); 5] = [
+    (
+        ".cargo/config.toml",
+        include_str!("../../../plugins/.cargo/config.toml"),
+    ),
     ("Cargo.toml", include_str!("template/Cargo.toml.in")),
     ("src/lib.rs", include_str!("template/lib.rs")),
     ("plugin.toml", include_str!("template/plugin.toml")),
