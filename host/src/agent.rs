@@ -181,6 +181,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     .collect()
             })
         },
+        cni: None,
     };
     tasks.spawn(api::serve(&config.state_dir, api_state)?);
 

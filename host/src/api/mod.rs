@@ -1,14 +1,16 @@
-//! The agent's local API: a unix socket in the state directory speaking HTTP/1.1.
+//! The agent's local API: HTTP/1.1 over a unix socket in the state directory (mode
+//! 0600), served with axum; callers use [`weft_api::Client`].
 //!
 //! `GET /status` answers the [`StatusReport`] JSON contract, `GET /ipcache` the
-//! resolved ipcache as [`IpCacheRow`]s, `GET /healthz` "ok".
-//! It is deliberately tiny: one request per connection, no keep-alive.
+//! resolved ipcache as [`IpCacheRow`]s, `GET /healthz` "ok", and `POST /v1/cni` carries
+//! out what `weft-cni` relays from a container runtime ([`weft_api::cni`]).
 
 mod client;
 mod server;
 
 pub use client::{fetch_ipcache, fetch_status};
-pub use server::{serve, Handlers};
+pub use server::{serve, CniHandler, Handlers};
+pub use weft_api::socket_path;
 
 use crate::clustermesh::ClusterStatus;
 use crate::datapath::DatapathStatus;
@@ -16,7 +18,7 @@ use crate::ipcache::{Entry, Prefix};
 use crate::plugins::PluginsReport;
 use crate::state::Totals;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The whole status: `{"cluster":..,"clusters":[..]}`. A stable contract.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,11 +68,6 @@ impl From<(Prefix, Entry)> for IpCacheRow {
     }
 }
 
-/// The socket's path in `state_dir`.
-pub fn socket_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("weftd.sock")
-}
-
 /// What can go wrong serving or calling the API.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -83,10 +80,7 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The agent answered something other than a status.
-    #[error("bad answer from the agent: {reason}")]
-    BadAnswer {
-        /// What was wrong.
-        reason: String,
-    },
+    /// Calling the agent failed.
+    #[error(transparent)]
+    Call(#[from] weft_api::Error),
 }
