@@ -10,6 +10,8 @@ pub mod cli;
 pub mod clustermesh;
 pub mod datapath;
 pub mod dirwatch;
+pub mod endpoint;
+pub mod fsutil;
 pub mod identity;
 pub mod ipcache;
 pub mod k8s;

@@ -11,11 +11,11 @@
 
 use super::runtime::Runtime;
 use super::Error;
+use crate::fsutil::write_atomically;
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 use std::hash::{Hash as _, Hasher as _};
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use wasmtime::component::Component;
 
@@ -169,19 +169,4 @@ impl CompileCache {
     fn mac(&self, path: &Path, payload: &[u8]) -> [u8; MAC_LEN] {
         self.mac_state(path, payload).finalize().into_bytes().into()
     }
-}
-
-/// Writes `bytes` to a temporary file beside `path` and renames it over `path`, so a
-/// reader never sees half an entry.
-fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
