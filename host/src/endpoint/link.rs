@@ -348,14 +348,11 @@ fn failed(what: String) -> impl FnOnce(rtnetlink::Error) -> Error {
 
 /// Whether `e` says there is no such device.
 fn no_such_device(e: &rtnetlink::Error) -> bool {
-    matches!(e, rtnetlink::Error::NetlinkError(m) if m.raw_code() == -libc_enodev())
+    matches!(e, rtnetlink::Error::NetlinkError(m) if m.raw_code() == -(nix::errno::Errno::ENODEV as i32))
 }
 
-fn libc_enodev() -> i32 {
-    nix::errno::Errno::ENODEV as i32
-}
-
-async fn link(h: &Handle, name: &str) -> Result<LinkMessage, Error> {
+/// The link `name`, if there is one.
+async fn find_link(h: &Handle, name: &str) -> Result<Option<LinkMessage>, Error> {
     let found = h
         .link()
         .get()
@@ -364,30 +361,24 @@ async fn link(h: &Handle, name: &str) -> Result<LinkMessage, Error> {
         .try_next()
         .await;
     match found {
-        Ok(Some(l)) => Ok(l),
-        Ok(None) => Err(Error::Netlink {
-            what: format!("find {name}"),
-            reason: "no such device".into(),
-        }),
+        Ok(l) => Ok(l),
+        Err(e) if no_such_device(&e) => Ok(None),
         Err(e) => Err(failed(format!("find {name}"))(e)),
     }
 }
 
+async fn link(h: &Handle, name: &str) -> Result<LinkMessage, Error> {
+    find_link(h, name).await?.ok_or_else(|| Error::Netlink {
+        what: format!("find {name}"),
+        reason: "no such device".into(),
+    })
+}
+
 async fn delete_link(h: &Handle, name: &str) -> Result<(), Error> {
-    let found = h
-        .link()
-        .get()
-        .match_name(name.to_owned())
-        .execute()
-        .try_next()
-        .await;
-    let index = match found {
-        Ok(Some(l)) => l.header.index,
-        Ok(None) => return Ok(()),
-        Err(e) if no_such_device(&e) => return Ok(()),
-        Err(e) => return Err(failed(format!("find {name}"))(e)),
+    let Some(l) = find_link(h, name).await? else {
+        return Ok(());
     };
-    match h.link().del(index).execute().await {
+    match h.link().del(l.header.index).execute().await {
         Ok(()) => Ok(()),
         Err(e) if no_such_device(&e) => Ok(()),
         Err(e) => Err(failed(format!("delete {name}"))(e)),
