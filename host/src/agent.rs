@@ -215,13 +215,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             config.node_name.clone(),
             local_nodes_synced,
         ));
+        let (lease_tx, lease_rx) = watch::channel(None);
         tasks.spawn(run_registration(
-            client,
+            client.clone(),
             Registration {
                 node: own_node(&config, wg_key),
                 lease_ttl: Duration::from_secs(15),
             },
+            lease_tx,
         ));
+        let leased = crate::node::LeasedKeys::new(client, lease_rx);
+        tasks.spawn(leased.clone().run());
     }
     if let Some(dir) = config.clustermesh_config.clone() {
         let m = mesh.clone();

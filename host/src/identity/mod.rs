@@ -4,9 +4,11 @@
 //! cluster's identities carry its cluster ID in bits 16–23 and are checked against it;
 //! local identities (CIDR identities of the ipcache) carry the local-scope bit 24.
 
+pub mod allocator;
 mod cache;
 mod local;
 
+pub use allocator::GlobalAllocator;
 pub use cache::{IdentityCache, Totals};
 pub use local::LocalAllocator;
 

@@ -2,8 +2,8 @@
 
 use super::{Config, Error, Limits};
 use etcd_client::{
-    Certificate, ConnectOptions, GetOptions, GetResponse, Identity, PutOptions, TlsOptions,
-    WatchOptions, WatchStream,
+    Certificate, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, Identity, PutOptions,
+    TlsOptions, Txn, TxnOp, WatchOptions, WatchStream,
 };
 use std::future::Future;
 use std::path::PathBuf;
@@ -153,6 +153,60 @@ impl Client {
         )
         .await
         .map(drop)
+    }
+
+    /// Writes `key` only if it does not exist (an etcd transaction comparing its
+    /// create revision with 0); `true` when it was written.
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn create(
+        &self,
+        key: &str,
+        value: impl Into<Vec<u8>>,
+        lease: i64,
+    ) -> Result<bool, Error> {
+        let (k, v) = (key.to_owned(), value.into());
+        let options = (lease != 0).then(|| PutOptions::new().with_lease(lease));
+        let txn = Txn::new()
+            .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(k, v, options)]);
+        let resp = self
+            .call("create", key, |mut c| async move { c.txn(txn).await })
+            .await?;
+        Ok(resp.succeeded())
+    }
+
+    /// Every key under `prefix` with its value, read page by page at one revision.
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn list_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        let end = super::prefix_range_end(prefix);
+        let mut start = prefix.as_bytes().to_vec();
+        let mut revision = 0;
+        let mut all = Vec::new();
+        loop {
+            let page = self
+                .range_page(start.clone(), end.clone(), revision)
+                .await?;
+            if revision == 0 {
+                revision = page.header().map_or(0, |h| h.revision());
+            }
+            for kv in page.kvs() {
+                all.push((
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    kv.value().to_vec(),
+                ));
+            }
+            match page.kvs().last() {
+                Some(last) if page.more() => {
+                    start = last.key().to_vec();
+                    start.push(0);
+                }
+                _ => return Ok(all),
+            }
+        }
     }
 
     /// Deletes `key`.

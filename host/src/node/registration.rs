@@ -4,6 +4,7 @@ use crate::clustermesh::cluster_config_key;
 use crate::kvstore::{Backoff, Client, Error};
 use crate::model::{ClusterConfig, Node};
 use std::time::{Duration, SystemTime};
+use tokio::sync::watch;
 
 /// The base prefix named by the nodes' sync canary.
 pub const NODES_CANARY_BASE: &str = "cilium/state/nodes/v1";
@@ -26,15 +27,22 @@ pub fn node_key(cluster: &str, node: &str) -> String {
 /// the record (and, when the cluster config announces sync canaries, the nodes'
 /// canary) on it and keeps it alive. When the lease is lost — etcd restarted without
 /// its data, or it expired during an outage — everything is written again on a new one.
-pub async fn run_registration(client: Client, reg: Registration) {
+/// `lease` tells the node's other keys ([`super::LeasedKeys`]) which lease is current.
+pub async fn run_registration(
+    client: Client,
+    reg: Registration,
+    lease: watch::Sender<Option<i64>>,
+) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let ttl = reg.lease_ttl.as_secs().max(2) as i64;
     loop {
         match publish(&client, &reg, ttl).await {
-            Ok(lease) => {
+            Ok(id) => {
                 backoff.reset();
-                tracing::info!(node = %reg.node.name, lease, "node record published");
-                let e = keep_alive(&client, lease, reg.lease_ttl / 3).await;
+                tracing::info!(node = %reg.node.name, lease = id, "node record published");
+                lease.send_replace(Some(id));
+                let e = keep_alive(&client, id, reg.lease_ttl / 3).await;
+                lease.send_replace(None);
                 tracing::warn!(error = %e, "node lease lost; publishing again");
             }
             Err(e) => tracing::warn!(error = %e, "cannot publish node record"),
