@@ -3,6 +3,7 @@
 use crate::api::{self, StatusReport};
 use crate::clustermesh::{self, ClusterMesh};
 use crate::datapath::{self, NodeDatapath, NodeDatapathConfig};
+use crate::endpoint::EndpointManager;
 use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
 use crate::model::{Node, NodeAddress};
@@ -41,6 +42,20 @@ pub struct Config {
     pub datapath: Option<NodeDatapathConfig>,
     /// WireGuard; `None` runs without encryption.
     pub wireguard: Option<NodeWireGuardConfig>,
+    /// Endpoints for `weft-cni`; `None` manages none.
+    pub endpoints: Option<EndpointsConfig>,
+}
+
+/// This node's endpoints.
+#[derive(Debug, Clone)]
+pub struct EndpointsConfig {
+    /// The node's pod CIDRs.
+    pub pod_cidrs: Vec<ipnet::IpNet>,
+    /// The endpoints' MTU.
+    pub mtu: u32,
+    /// The namespace their host sides live in (the datapath's), the agent's own when
+    /// `None`.
+    pub netns: Option<PathBuf>,
 }
 
 /// Where plugins come from and how they are limited.
@@ -97,6 +112,9 @@ pub enum Error {
     /// The WireGuard key or device could not be set up.
     #[error(transparent)]
     WireGuard(#[from] wireguard::Error),
+    /// The endpoints' state could not be opened.
+    #[error(transparent)]
+    Endpoints(#[from] crate::endpoint::manager::Error),
 }
 
 /// Runs the agent until `shutdown` completes, then stops the mesh without draining.
@@ -108,6 +126,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         path: config.state_dir.clone(),
         source,
     })?;
+    if config.endpoints.is_some() && config.kvstore_endpoints.is_empty() {
+        return Err(Error::Config {
+            reason: "--pod-cidr needs --kvstore-endpoints: endpoints' identities and ipcache entries are published there".into(),
+        });
+    }
     let own_cluster = config.mesh.cluster_name.clone();
     let local = NodeId {
         cluster: own_cluster.clone(),
@@ -156,6 +179,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         None => None,
     };
 
+    // Set once the local etcd is connected; until then CNI calls are told to retry.
+    let endpoint_manager: Arc<std::sync::OnceLock<Arc<EndpointManager>>> = Arc::default();
     let api_state = api::Handlers {
         status: {
             let (mesh, state, plugins) = (mesh.clone(), state.clone(), plugin_host.clone());
@@ -181,7 +206,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     .collect()
             })
         },
-        cni: None,
+        cni: config.endpoints.as_ref().map(|_| {
+            let endpoints = endpoint_manager.clone();
+            let handler: api::CniHandler = Arc::new(move |call| {
+                let endpoints = endpoints.clone();
+                Box::pin(async move {
+                    match endpoints.get() {
+                        Some(m) => m.handle(call).await,
+                        None => Err(weft_api::cni::Failure::new(
+                            11,
+                            "the agent is starting",
+                            "its local etcd is not connected yet",
+                        )),
+                    }
+                })
+            });
+            handler
+        }),
     };
     tasks.spawn(api::serve(&config.state_dir, api_state)?);
 
@@ -224,8 +265,35 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             },
             lease_tx,
         ));
-        let leased = crate::node::LeasedKeys::new(client, lease_rx);
+        let leased = crate::node::LeasedKeys::new(client.clone(), lease_rx);
         tasks.spawn(leased.clone().run());
+        if let Some(ec) = &config.endpoints {
+            let allocator = crate::identity::GlobalAllocator::new(
+                client.clone(),
+                leased.clone(),
+                &config.node_name,
+                config.mesh.cluster_id,
+            );
+            let manager = Arc::new(EndpointManager::open(
+                &config.state_dir,
+                crate::endpoint::Config {
+                    pod_cidrs: ec.pod_cidrs.clone(),
+                    node_netns: ec.netns.clone(),
+                    mtu: ec.mtu,
+                    cluster: config.mesh.cluster_name.clone(),
+                    node_ip: config.node_ips.first().copied(),
+                    encrypt_key: if wireguard.is_some() { 0xFF } else { 0 },
+                },
+                allocator,
+                leased.clone(),
+            )?);
+            let m = manager.clone();
+            tasks.spawn(async move {
+                let restored = m.restore().await;
+                tracing::info!(endpoints = restored.len(), "endpoints restored");
+            });
+            let _ = endpoint_manager.set(manager);
+        }
     }
     if let Some(dir) = config.clustermesh_config.clone() {
         let m = mesh.clone();
@@ -454,10 +522,31 @@ fn own_node(config: &Config, wireguard: Option<&NodeKey>) -> Node {
                 ip: *ip,
             })
             .collect(),
+        ipv4_alloc_cidr: pod_cidr(config, true),
+        ipv6_alloc_cidr: pod_cidr(config, false),
         source: "kvstore".into(),
         labels: Some(Default::default()),
         wireguard_pub_key: wireguard.map_or_else(String::new, |k| k.public().to_base64()),
         encryption_key: if wireguard.is_some() { 0xFF } else { 0 },
         ..Node::default()
     }
+}
+
+/// The node's pod CIDR of one family, as the node record carries it.
+fn pod_cidr(config: &Config, v4: bool) -> Option<crate::model::IpNet> {
+    let cidr = config
+        .endpoints
+        .as_ref()?
+        .pod_cidrs
+        .iter()
+        .find(|c| c.addr().is_ipv4() == v4)?
+        .trunc();
+    let mask = match cidr.netmask() {
+        IpAddr::V4(m) => m.octets().to_vec(),
+        IpAddr::V6(m) => m.octets().to_vec(),
+    };
+    Some(crate::model::IpNet {
+        ip: cidr.network(),
+        mask,
+    })
 }

@@ -155,6 +155,14 @@ pub struct RunArgs {
     /// This node's addresses, comma-separated.
     #[arg(long, env = "WEFT_NODE_IP", value_delimiter = ',')]
     pub node_ip: Vec<IpAddr>,
+    /// This node's pod CIDRs (IPv4, and IPv6 when the node has one), comma-separated:
+    /// with them, the agent creates endpoints for `weft-cni` (needs --kvstore-endpoints,
+    /// where their identities and ipcache entries are published).
+    #[arg(long, env = "WEFT_POD_CIDR", value_delimiter = ',')]
+    pub pod_cidr: Vec<ipnet::IpNet>,
+    /// The MTU of endpoint interfaces (leave room for WireGuard's 80 bytes).
+    #[arg(long, env = "WEFT_ENDPOINT_MTU", default_value_t = 1420)]
+    pub endpoint_mtu: u32,
     /// etcd limits of remote clusters.
     #[command(flatten)]
     pub kvstore: KvstoreArgs,
@@ -341,6 +349,11 @@ impl RunArgs {
             clustermesh_config: self.clustermesh_config,
             state_dir: self.state_dir,
             ip_identities_sync_timeout: self.clustermesh_ip_identities_sync_timeout,
+            endpoints: (!self.pod_cidr.is_empty()).then(|| agent::EndpointsConfig {
+                pod_cidrs: self.pod_cidr,
+                mtu: self.endpoint_mtu,
+                netns: self.datapath.datapath_netns.clone(),
+            }),
             node_name,
             node_ips: self.node_ip,
             wireguard: wireguard.clone(),

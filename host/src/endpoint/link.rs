@@ -215,6 +215,19 @@ pub async fn detach(node_netns: Option<&Path>, key: &str) -> Result<(), Error> {
     .await
 }
 
+/// Removes the host side `name` (and with it its pair); nothing when it is gone.
+///
+/// # Errors
+/// [`Error`] when the kernel refuses.
+pub async fn remove_host_side(node_netns: Option<&Path>, name: &str) -> Result<(), Error> {
+    let name = name.to_owned();
+    in_namespace(
+        node_netns,
+        move |h| async move { delete_link(&h, &name).await },
+    )
+    .await
+}
+
 /// The host sides in `node_netns` (names starting with [`HOST_PREFIX`]).
 ///
 /// # Errors

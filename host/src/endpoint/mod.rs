@@ -1,4 +1,13 @@
 //! Endpoints: the pods on this node, created and removed through `weft-cni`.
+//!
+//! - [`ipam`]: addresses from the node's pod CIDRs, remembered across restarts;
+//! - [`link`]: the veth pair, addresses and routes, through rtnetlink;
+//! - [`store`]: one record per endpoint, written before the first side effect;
+//! - [`manager`]: the CNI operations, each step idempotent, with crash recovery.
 
 pub mod ipam;
 pub mod link;
+pub mod manager;
+pub mod store;
+
+pub use manager::{Config, EndpointManager};

@@ -1,0 +1,126 @@
+//! Endpoint records in the state directory, one file per endpoint, written before the
+//! first side effect of an ADD and removed after the last undo of a DEL: whatever a
+//! crash interrupts, the record says what may need cleaning.
+
+use super::link::Attachment;
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// Where an endpoint is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// An ADD started and has not finished: a crash here leaves parts to clean.
+    Creating,
+    /// Attached, with its identity and ipcache entry.
+    Ready,
+}
+
+/// One endpoint, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// `<container id>/<ifname>`.
+    pub key: String,
+    /// The runtime's container ID.
+    pub container_id: String,
+    /// The interface in the container.
+    pub ifname: String,
+    /// The container's network namespace.
+    pub netns: PathBuf,
+    /// The pod's namespace (`K8S_POD_NAMESPACE`).
+    pub namespace: String,
+    /// The pod's name (`K8S_POD_NAME`).
+    pub pod_name: String,
+    /// The identity's labels, in the established string form.
+    pub labels: String,
+    /// Where the ADD got to.
+    pub phase: Phase,
+    /// The addresses, once allocated.
+    #[serde(default)]
+    pub addresses: Vec<IpAddr>,
+    /// The security identity, once allocated.
+    #[serde(default)]
+    pub identity: Option<u32>,
+    /// The interfaces, once set up.
+    #[serde(default)]
+    pub attachment: Option<Attachment>,
+}
+
+/// The records of one agent.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    /// Records in `dir` (created when missing).
+    ///
+    /// # Errors
+    /// When the directory cannot be created.
+    pub fn open(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Self { dir: dir.into() })
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        // Container IDs are letters, digits, `_.-`; interface names have no `/`.
+        self.dir.join(format!("{}.json", key.replace('/', "@")))
+    }
+
+    /// Writes `record`, whole.
+    ///
+    /// # Errors
+    /// When it cannot be written.
+    pub fn put(&self, record: &Record) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(record).expect("a record serialises");
+        crate::fsutil::write_atomically(&self.path(&record.key), &bytes, 0o600)
+    }
+
+    /// The record of `key`, if any.
+    ///
+    /// # Errors
+    /// When it exists but cannot be read or decoded.
+    pub fn get(&self, key: &str) -> std::io::Result<Option<Record>> {
+        match std::fs::read(self.path(key)) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(std::io::Error::other),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes the record of `key`; nothing when there is none.
+    ///
+    /// # Errors
+    /// When it cannot be removed.
+    pub fn remove(&self, key: &str) -> std::io::Result<()> {
+        match std::fs::remove_file(self.path(key)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every record; an unreadable file is reported with its path and skipped.
+    pub fn all(&self) -> (Vec<Record>, Vec<(PathBuf, String)>) {
+        let (mut ok, mut bad) = (Vec::new(), Vec::new());
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return (ok, bad);
+        };
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            match std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            {
+                Ok(r) => ok.push(r),
+                Err(e) => bad.push((path, e)),
+            }
+        }
+        ok.sort_by(|a: &Record, b| a.key.cmp(&b.key));
+        (ok, bad)
+    }
+}

@@ -1,0 +1,295 @@
+//! `weft-cni` driven as a container runtime drives it, against a real `weftd` with a
+//! pod CIDR and a real etcd: ADD makes the pod's interface, address, identity and
+//! ipcache entry (read back from etcd in the established layout); ADD again and CHECK
+//! agree; a restarted agent restores the endpoint untouched; an ADD interrupted by a
+//! crash is undone at the next start; DEL and GC remove everything, DEL twice is fine.
+//! The host sides live in a namespace the test owns.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Once;
+use std::time::Duration;
+use support::agent::Agent;
+use support::netns::Netns;
+use support::{eventually, Etcd};
+
+/// The `weft-cni` executable, built once per test binary beside `weftd`.
+fn weft_cni() -> PathBuf {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "weft-cni"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "cargo build -p weft-cni");
+    });
+    Path::new(env!("CARGO_BIN_EXE_weftd")).with_file_name("weft-cni")
+}
+
+/// Runs `weft-cni` with the `CNI_*` variables and `conf` on stdin: stdout as JSON
+/// (null when empty) and the exit status.
+fn cni(command: &str, pod: &str, netns: Option<&Path>, conf: &Value) -> (Value, i32) {
+    let mut cmd = Command::new(weft_cni());
+    cmd.env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", pod)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/opt/cni/bin")
+        .env(
+            "CNI_ARGS",
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME={pod}"),
+        );
+    if let Some(n) = netns {
+        cmd.env("CNI_NETNS", n);
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let value = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap()
+    };
+    (value, out.status.code().unwrap())
+}
+
+fn conf(agent: &Agent) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "weft",
+        "type": "weft-cni",
+        "socket": agent.state.path().join("weftd.sock"),
+        "runtimeConfig": {"labels": {"app": "web"}},
+    })
+}
+
+async fn get(etcd: &Etcd, key: &str) -> Option<Value> {
+    let mut c = etcd.client().await;
+    let resp = c.get(key, None).await.unwrap();
+    resp.kvs().first().map(|kv| {
+        let v = kv.value_str().unwrap();
+        serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned()))
+    })
+}
+
+fn has_link(ns: &Netns, name: &str) -> bool {
+    let name = name.to_owned();
+    ns.run(move || nix::net::if_::if_nametoindex(name.as_str()).is_ok())
+}
+
+/// The flags of an agent with endpoints whose host sides live in `node`.
+fn flags(node: &Path) -> [&std::ffi::OsStr; 4] {
+    [
+        "--pod-cidr".as_ref(),
+        "10.77.0.0/24".as_ref(),
+        "--datapath-netns".as_ref(),
+        node.as_os_str(),
+    ]
+}
+
+fn start(etcd: &Etcd, node: &Netns) -> Agent {
+    Agent::start_with("cluster1", 1, etcd, &flags(&node.path()))
+}
+
+/// The agent answers STATUS once its etcd lease is there.
+async fn ready(agent: &Agent) {
+    let mut c = conf(agent);
+    c["cniVersion"] = json!("1.1.0"); // STATUS came with 1.1.0
+    eventually("weftd answers CNI STATUS", Duration::from_secs(20), || {
+        let (_, status) = cni("STATUS", "", None, &c);
+        (status == 0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_is_added_checked_restored_and_deleted() {
+    let etcd = Etcd::start().await;
+    let node = Netns::new("weft-cni-node");
+    let pod = Netns::new("weft-cni-pod");
+    let mut agent = start(&etcd, &node);
+    ready(&agent).await;
+    let c = conf(&agent);
+
+    let (added, status) = cni("ADD", "web-0", Some(&pod.path()), &c);
+    assert_eq!(status, 0, "{added}");
+    assert_eq!(added["cniVersion"], "1.0.0");
+    assert_eq!(added["ips"][0]["address"], "10.77.0.2/32", "{added}");
+    assert_eq!(added["ips"][0]["gateway"], "10.77.0.1");
+    assert_eq!(
+        added["interfaces"][1]["sandbox"],
+        pod.path().display().to_string()
+    );
+    let host_side = added["interfaces"][0]["name"].as_str().unwrap().to_owned();
+    assert!(has_link(&node, &host_side) && has_link(&pod, "eth0"));
+
+    // The ipcache entry and the identity, as the established agent writes them.
+    let entry = get(&etcd, "cilium/state/ip/v1/default/10.77.0.2")
+        .await
+        .expect("ipcache entry");
+    assert_eq!(entry["IP"], "10.77.0.2");
+    assert_eq!(entry["HostIP"], "192.0.2.1");
+    assert_eq!(entry["K8sNamespace"], "shop");
+    assert_eq!(entry["K8sPodName"], "web-0");
+    let id = entry["ID"].as_u64().unwrap();
+    assert_eq!(id >> 16, 1, "cluster 1's identity: {id:#x}");
+    let labels = get(&etcd, &format!("cilium/state/identities/v1/id/{id}")).await;
+    assert_eq!(
+        labels,
+        Some(json!("k8s:app=web;k8s:io.cilium.k8s.policy.cluster=cluster1;k8s:io.kubernetes.pod.namespace=shop;"))
+    );
+    let node_record = get(&etcd, "cilium/state/nodes/v1/cluster1/cluster1-node")
+        .await
+        .unwrap();
+    assert_eq!(node_record["IPv4AllocCIDR"]["IP"], "10.77.0.0");
+
+    let (again, status) = cni("ADD", "web-0", Some(&pod.path()), &c);
+    assert_eq!(
+        (status, &again["ips"]),
+        (0, &added["ips"]),
+        "ADD again: the same attachment"
+    );
+    let mut with_prev = c.clone();
+    with_prev["prevResult"] = added.clone();
+    assert_eq!(cni("CHECK", "web-0", Some(&pod.path()), &with_prev).1, 0);
+
+    // Restarted: the endpoint is restored untouched, its entry on the new lease.
+    let before = pod.ifindex("eth0");
+    agent.restart(&flags(&node.path()));
+    ready(&agent).await;
+    assert_eq!(
+        pod.ifindex("eth0"),
+        before,
+        "the pod's interface was not touched"
+    );
+    assert_eq!(cni("CHECK", "web-0", Some(&pod.path()), &with_prev).1, 0);
+    assert!(get(&etcd, "cilium/state/ip/v1/default/10.77.0.2")
+        .await
+        .is_some());
+
+    let (out, status) = cni("DEL", "web-0", Some(&pod.path()), &c);
+    assert_eq!((out, status), (Value::Null, 0));
+    assert!(!has_link(&node, &host_side) && !has_link(&pod, "eth0"));
+    assert!(get(&etcd, "cilium/state/ip/v1/default/10.77.0.2")
+        .await
+        .is_none());
+    assert!(
+        get(&etcd, &format!("cilium/state/identities/v1/id/{id}"))
+            .await
+            .is_none(),
+        "no user left"
+    );
+    assert_eq!(cni("DEL", "web-0", Some(&pod.path()), &c).1, 0, "DEL twice");
+    assert_eq!(cni("DEL", "never-added", None, &c).1, 0, "DEL of nothing");
+    let (out, status) = cni("CHECK", "web-0", Some(&pod.path()), &c);
+    assert_eq!(
+        (status, out["code"].as_u64()),
+        (1, Some(3)),
+        "CHECK after DEL: {out}"
+    );
+}
+
+#[tokio::test]
+async fn an_add_interrupted_by_a_crash_is_undone_and_gc_removes_the_rest() {
+    let etcd = Etcd::start().await;
+    let node = Netns::new("weft-cni-gc-node");
+    let (pod_a, pod_b) = (Netns::new("weft-cni-gc-a"), Netns::new("weft-cni-gc-b"));
+    let mut agent = start(&etcd, &node);
+    ready(&agent).await;
+    let c = conf(&agent);
+    let (a, status) = cni("ADD", "pod-a", Some(&pod_a.path()), &c);
+    assert_eq!(status, 0, "{a}");
+    let (b, status) = cni("ADD", "pod-b", Some(&pod_b.path()), &c);
+    assert_eq!(status, 0, "{b}");
+
+    // pod-a's ADD "crashed" before its last step: its record says so.
+    agent.kill();
+    let record = agent.state.path().join("endpoints/pod-a@eth0.json");
+    let text = std::fs::read_to_string(&record)
+        .unwrap()
+        .replace("\"ready\"", "\"creating\"");
+    std::fs::write(&record, text).unwrap();
+    agent.start_again(&flags(&node.path()));
+    ready(&agent).await;
+    let a_ip = a["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches("/32")
+        .to_owned();
+    eventually(
+        "pod-a's leftovers are undone",
+        Duration::from_secs(10),
+        || (!record.exists() && !has_link(&pod_a, "eth0")).then_some(()),
+    )
+    .await;
+    assert!(get(&etcd, &format!("cilium/state/ip/v1/default/{a_ip}"))
+        .await
+        .is_none());
+    assert!(has_link(&pod_b, "eth0"), "pod-b is untouched");
+
+    // The freed address goes to the next pod.
+    let pod_c = Netns::new("weft-cni-gc-c");
+    let (cc, status) = cni("ADD", "pod-c", Some(&pod_c.path()), &c);
+    assert_eq!(status, 0, "{cc}");
+    assert_eq!(cc["ips"][0]["address"], a["ips"][0]["address"]);
+
+    // GC with only pod-c valid: pod-b goes.
+    let mut gc = c.clone();
+    gc["cniVersion"] = json!("1.1.0");
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "pod-c", "ifname": "eth0"}]);
+    let (out, status) = cni("GC", "", None, &gc);
+    assert_eq!(status, 0, "{out}");
+    assert!(!has_link(&pod_b, "eth0"));
+    assert!(has_link(&pod_c, "eth0"));
+    let b_ip = b["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches("/32")
+        .to_owned();
+    assert!(get(&etcd, &format!("cilium/state/ip/v1/default/{b_ip}"))
+        .await
+        .is_none());
+}
+
+#[tokio::test]
+async fn an_unusable_namespace_is_refused_with_its_code_and_leaves_nothing() {
+    let etcd = Etcd::start().await;
+    let node = Netns::new("weft-cni-bad-node");
+    let agent = start(&etcd, &node);
+    ready(&agent).await;
+    let (out, status) = cni(
+        "ADD",
+        "ghost",
+        Some(Path::new("/run/netns/no-such-ns")),
+        &conf(&agent),
+    );
+    assert_eq!((status, out["code"].as_u64()), (1, Some(8)), "{out}");
+    assert!(
+        out["details"].as_str().unwrap().contains("no-such-ns"),
+        "{out}"
+    );
+    let ipam =
+        std::fs::read_to_string(agent.state.path().join("ipam/ipv4.json")).unwrap_or_default();
+    assert!(!ipam.contains("ghost"), "no address kept: {ipam}");
+
+    let mut bad = conf(&agent);
+    bad["runtimeConfig"]["labels"] = json!({"app": 7});
+    let pod = Netns::new("weft-cni-bad-pod");
+    let (out, status) = cni("ADD", "bad-labels", Some(&pod.path()), &bad);
+    assert_eq!((status, out["code"].as_u64()), (1, Some(7)), "{out}");
+    assert!(!has_link(&pod, "eth0"));
+}
