@@ -17,6 +17,7 @@ pub mod ipcache;
 pub mod k8s;
 pub mod kvstore;
 pub mod model;
+pub mod netlink;
 pub mod node;
 pub mod plugin_tool;
 pub mod plugins;

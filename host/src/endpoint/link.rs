@@ -13,35 +13,16 @@
 //! the host side removes the pair wherever its other end is.
 
 use futures::TryStreamExt as _;
-use rtnetlink::packet_route::link::{LinkAttribute, LinkMessage};
 use rtnetlink::packet_route::neighbour::NeighbourState;
 use rtnetlink::packet_route::route::RouteScope;
-use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use rtnetlink::{LinkUnspec, LinkVeth, RouteMessageBuilder};
 use sha2::Digest as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
-/// What setting up or removing an endpoint's links can fail with.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The namespace cannot be opened or entered.
-    #[error("network namespace {path}: {reason}")]
-    Netns {
-        /// The namespace.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// A netlink request failed.
-    #[error("{what}: {reason}")]
-    Netlink {
-        /// The step, naming the interface.
-        what: String,
-        /// The kernel's answer.
-        reason: String,
-    },
-}
+pub use crate::netlink::Error;
+use crate::netlink::{delete_link, failed, in_namespace, link, mac, name};
 
 /// Prefix of the host side's name; with the key's hash, at most 15 bytes.
 pub const HOST_PREFIX: &str = "wft";
@@ -286,138 +267,6 @@ pub async fn check(plan: &Plan) -> Result<(), Error> {
         Ok(())
     })
     .await
-}
-
-/// Runs `f` with a netlink handle opened inside `netns` (the agent's own when `None`),
-/// on a thread of its own: the socket belongs to the namespace the thread was in when
-/// it was opened, and entering a namespace must not move the agent's other threads.
-async fn in_namespace<T, F, Fut>(netns: Option<&Path>, f: F) -> Result<T, Error>
-where
-    T: Send + 'static,
-    F: FnOnce(Handle) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<T, Error>>,
-{
-    let file = match netns {
-        Some(path) => Some((
-            path.to_owned(),
-            std::fs::File::open(path).map_err(|e| Error::Netns {
-                path: path.into(),
-                reason: e.to_string(),
-            })?,
-        )),
-        None => None,
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("weft-netlink".into())
-        .spawn(move || {
-            let run = || -> Result<T, Error> {
-                if let Some((path, file)) = &file {
-                    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
-                        Error::Netns {
-                            path: path.clone(),
-                            reason: e.to_string(),
-                        }
-                    })?;
-                }
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| Error::Netlink {
-                        what: "start a netlink runtime".into(),
-                        reason: e.to_string(),
-                    })?;
-                rt.block_on(async move {
-                    let (conn, handle, _) =
-                        rtnetlink::new_connection().map_err(|e| Error::Netlink {
-                            what: "open a netlink socket".into(),
-                            reason: e.to_string(),
-                        })?;
-                    tokio::spawn(conn);
-                    f(handle).await
-                })
-            };
-            let _ = tx.send(run());
-        })
-        .map_err(|e| Error::Netlink {
-            what: "start a netlink thread".into(),
-            reason: e.to_string(),
-        })?;
-    rx.await.map_err(|_| Error::Netlink {
-        what: "netlink thread".into(),
-        reason: "it ended without an answer".into(),
-    })?
-}
-
-fn failed(what: String) -> impl FnOnce(rtnetlink::Error) -> Error {
-    move |e| Error::Netlink {
-        what,
-        reason: match e {
-            rtnetlink::Error::NetlinkError(m) => m.to_io().to_string(),
-            e => e.to_string(),
-        },
-    }
-}
-
-/// Whether `e` says there is no such device.
-fn no_such_device(e: &rtnetlink::Error) -> bool {
-    matches!(e, rtnetlink::Error::NetlinkError(m) if m.raw_code() == -(nix::errno::Errno::ENODEV as i32))
-}
-
-/// The link `name`, if there is one.
-async fn find_link(h: &Handle, name: &str) -> Result<Option<LinkMessage>, Error> {
-    let found = h
-        .link()
-        .get()
-        .match_name(name.to_owned())
-        .execute()
-        .try_next()
-        .await;
-    match found {
-        Ok(l) => Ok(l),
-        Err(e) if no_such_device(&e) => Ok(None),
-        Err(e) => Err(failed(format!("find {name}"))(e)),
-    }
-}
-
-async fn link(h: &Handle, name: &str) -> Result<LinkMessage, Error> {
-    find_link(h, name).await?.ok_or_else(|| Error::Netlink {
-        what: format!("find {name}"),
-        reason: "no such device".into(),
-    })
-}
-
-async fn delete_link(h: &Handle, name: &str) -> Result<(), Error> {
-    let Some(l) = find_link(h, name).await? else {
-        return Ok(());
-    };
-    match h.link().del(l.header.index).execute().await {
-        Ok(()) => Ok(()),
-        Err(e) if no_such_device(&e) => Ok(()),
-        Err(e) => Err(failed(format!("delete {name}"))(e)),
-    }
-}
-
-fn name(l: &LinkMessage) -> Option<String> {
-    l.attributes.iter().find_map(|a| match a {
-        LinkAttribute::IfName(n) => Some(n.clone()),
-        _ => None,
-    })
-}
-
-fn mac(l: &LinkMessage) -> String {
-    l.attributes
-        .iter()
-        .find_map(|a| match a {
-            LinkAttribute::Address(b) => Some(
-                b.iter()
-                    .map(|x| format!("{x:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":"),
-            ),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 fn parse_mac(mac: &str) -> Vec<u8> {
