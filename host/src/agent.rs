@@ -3,6 +3,7 @@
 use crate::api::{self, StatusReport};
 use crate::clustermesh::{self, ClusterMesh};
 use crate::datapath::{self, NodeDatapath, NodeDatapathConfig};
+use crate::endpoint::store::Phase;
 use crate::endpoint::EndpointManager;
 use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
@@ -185,6 +186,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         status: {
             let (mesh, state, plugins) = (mesh.clone(), state.clone(), plugin_host.clone());
             let dp = node_datapath.clone();
+            let endpoints = endpoint_manager.clone();
             let wg = wireguard.as_ref().map(|wg| wg.peers.clone());
             Box::new(move || StatusReport {
                 cluster: own_cluster.clone(),
@@ -193,7 +195,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 plugins: Some(plugins.report()),
                 datapath: dp.as_ref().map(NodeDatapath::status),
                 wireguard: wg.as_ref().map(|wg| wg.status()),
+                endpoints: endpoints.get().map(|m| {
+                    let all = m.list();
+                    let ready = all.iter().filter(|r| r.phase == Phase::Ready).count();
+                    api::EndpointsSummary {
+                        ready,
+                        creating: all.len() - ready,
+                    }
+                }),
             })
+        },
+        endpoints: {
+            let endpoints = endpoint_manager.clone();
+            Box::new(move || endpoints.get().map(|m| m.list()).unwrap_or_default())
         },
         ipcache: {
             let state = state.clone();

@@ -39,6 +39,9 @@ pub enum Command {
     /// Inspect the running agent's ipcache.
     #[command(subcommand)]
     Ipcache(IpcacheCommand),
+    /// This node's endpoints (pods made through weft-cni).
+    #[command(subcommand)]
+    Endpoint(EndpointCommand),
     /// Package plugins: signing keys, digests and signatures in manifests.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -122,6 +125,13 @@ pub enum PluginCommand {
 #[derive(Debug, Subcommand)]
 pub enum IpcacheCommand {
     /// List every resolved entry: prefix, identity, tunnel endpoint, key, source.
+    List(StatusArgs),
+}
+
+/// `weftd endpoint ...`.
+#[derive(Debug, Subcommand)]
+pub enum EndpointCommand {
+    /// List the endpoints: key, pod, identity, addresses, host side, phase.
     List(StatusArgs),
 }
 
@@ -430,6 +440,12 @@ pub fn render_status(report: &api::StatusReport) -> String {
             out.push_str(&format!("  {} ({}): {serving}\n", e.name, e.device));
         }
     }
+    if let Some(e) = &report.endpoints {
+        out.push_str(&format!(
+            "endpoints: {} ready, {} being created (weftd endpoint list)\n",
+            e.ready, e.creating
+        ));
+    }
     if report.clusters.is_empty() {
         out.push_str("no remote clusters\n");
         return out;
@@ -664,6 +680,32 @@ pub fn render_ipcache(rows: &[api::IpCacheRow]) -> String {
             "{:<43} {:>10} {:<39} {:>3}  {}\n",
             r.prefix, r.identity, tunnel, r.encrypt_key, r.source
         ));
+    }
+    out
+}
+
+/// The human view of `weftd endpoint list`.
+pub fn render_endpoints(rows: &[crate::endpoint::store::Record]) -> String {
+    let mut out = format!(
+        "{:<28} {:<28} {:>10} {:<32} {:<15} {}\n",
+        "ENDPOINT", "POD", "IDENTITY", "ADDRESSES", "HOST SIDE", "PHASE"
+    );
+    for r in rows {
+        let ips: Vec<String> = r.addresses.iter().map(ToString::to_string).collect();
+        let host = r
+            .attachment
+            .as_ref()
+            .map_or("-", |a| a.host_ifname.as_str());
+        out.push_str(&format!(
+            "{:<28} {:<28} {:>10} {:<32} {:<15} {:?}\n",
+            r.key,
+            format!("{}/{}", r.namespace, r.pod_name),
+            r.identity.map_or("-".into(), |i| i.to_string()),
+            ips.join(","),
+            host,
+            r.phase,
+        ));
+        out.push_str(&format!("    labels: {}\n", r.labels));
     }
     out
 }

@@ -3,7 +3,9 @@
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use weft::cli::{self, Cli, Command, IpcacheCommand, LogFormat, Output, PluginCommand};
+use weft::cli::{
+    self, Cli, Command, EndpointCommand, IpcacheCommand, LogFormat, Output, PluginCommand,
+};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -29,6 +31,15 @@ async fn main() -> anyhow::Result<()> {
             match args.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
                 Output::Text => print!("{}", cli::render_ipcache(&rows)),
+            }
+        }
+        Command::Endpoint(EndpointCommand::List(args)) => {
+            let rows = weft::api::fetch_endpoints(&args.state_dir)
+                .await
+                .context("is weftd running with this --state-dir?")?;
+            match args.output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                Output::Text => print!("{}", cli::render_endpoints(&rows)),
             }
         }
         Command::Plugin(PluginCommand::Keygen { out }) => {

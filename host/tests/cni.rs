@@ -152,6 +152,13 @@ async fn a_pod_is_added_checked_restored_and_deleted() {
         labels,
         Some(json!("k8s:app=web;k8s:io.cilium.k8s.policy.cluster=cluster1;k8s:io.kubernetes.pod.namespace=shop;"))
     );
+    let listed = agent
+        .json(&["endpoint", "list"])
+        .expect("weftd endpoint list");
+    assert_eq!(listed[0]["key"], "web-0/eth0", "{listed}");
+    assert_eq!(listed[0]["identity"].as_u64(), Some(id));
+    assert_eq!(listed[0]["phase"], "ready");
+    assert_eq!(agent.status_json().unwrap()["endpoints"]["ready"], 1);
     let node_record = get(&etcd, "cilium/state/nodes/v1/cluster1/cluster1-node")
         .await
         .unwrap();

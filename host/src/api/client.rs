@@ -19,6 +19,16 @@ pub async fn fetch_ipcache(state_dir: &Path) -> Result<Vec<IpCacheRow>, Error> {
     Ok(client(state_dir).get("/ipcache").await?)
 }
 
+/// Fetches the running agent's endpoints.
+///
+/// # Errors
+/// [`Error::Call`] when no agent answers, or not with endpoints.
+pub async fn fetch_endpoints(
+    state_dir: &Path,
+) -> Result<Vec<crate::endpoint::store::Record>, Error> {
+    Ok(client(state_dir).get(super::ENDPOINTS_ROUTE).await?)
+}
+
 fn client(state_dir: &Path) -> weft_api::Client {
     weft_api::Client::new(socket_path(state_dir))
 }

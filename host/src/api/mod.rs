@@ -2,13 +2,14 @@
 //! 0600), served with axum; callers use [`weft_api::Client`].
 //!
 //! `GET /status` answers the [`StatusReport`] JSON contract, `GET /ipcache` the
-//! resolved ipcache as [`IpCacheRow`]s, `GET /healthz` "ok", and `POST /v1/cni` carries
+//! resolved ipcache as [`IpCacheRow`]s, `GET /healthz` "ok", `GET /v1/endpoints` this
+//! node's endpoints, and `POST /v1/cni` carries
 //! out what `weft-cni` relays from a container runtime ([`weft_api::cni`]).
 
 mod client;
 mod server;
 
-pub use client::{fetch_ipcache, fetch_status};
+pub use client::{fetch_endpoints, fetch_ipcache, fetch_status};
 pub use server::{serve, CniHandler, Handlers};
 pub use weft_api::socket_path;
 
@@ -39,7 +40,22 @@ pub struct StatusReport {
     /// WireGuard, when the agent runs it: the device and its peers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wireguard: Option<crate::wireguard::PeerSyncStatus>,
+    /// This node's endpoints, when the agent manages them (`--pod-cidr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<EndpointsSummary>,
 }
+
+/// The endpoints at a glance; `weftd endpoint list` shows each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointsSummary {
+    /// Endpoints attached, with their identity and ipcache entry.
+    pub ready: usize,
+    /// Endpoints whose ADD has not finished (or was interrupted).
+    pub creating: usize,
+}
+
+/// `GET`: this node's endpoints, as recorded.
+pub const ENDPOINTS_ROUTE: &str = "/v1/endpoints";
 
 /// One resolved ipcache entry, as `weftd ipcache list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

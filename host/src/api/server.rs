@@ -1,6 +1,7 @@
 //! Serves the local API with axum on the unix socket.
 
 use super::{socket_path, Error, IpCacheRow, StatusReport};
+use crate::endpoint::store::Record;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -23,6 +24,8 @@ pub struct Handlers {
     pub status: Box<dyn Fn() -> StatusReport + Send + Sync>,
     /// `GET /ipcache`.
     pub ipcache: Box<dyn Fn() -> Vec<IpCacheRow> + Send + Sync>,
+    /// `GET /v1/endpoints`: this node's endpoints (none without `--pod-cidr`).
+    pub endpoints: Box<dyn Fn() -> Vec<Record> + Send + Sync>,
     /// `POST /v1/cni`; without it the agent manages no endpoints and says so.
     pub cni: Option<CniHandler>,
 }
@@ -56,6 +59,7 @@ pub fn serve(
         .route("/status", get(status))
         .route("/ipcache", get(ipcache))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route(super::ENDPOINTS_ROUTE, get(endpoints))
         .route(weft_api::cni::ROUTE, post(cni))
         .with_state(Arc::new(handlers));
     Ok(async move {
@@ -72,6 +76,10 @@ async fn status(State(h): Shared) -> Response {
 
 async fn ipcache(State(h): Shared) -> Response {
     blocking(move || Json((h.ipcache)()).into_response()).await
+}
+
+async fn endpoints(State(h): Shared) -> Response {
+    blocking(move || Json((h.endpoints)()).into_response()).await
 }
 
 async fn blocking(f: impl FnOnce() -> Response + Send + 'static) -> Response {
@@ -131,8 +139,10 @@ mod tests {
                 plugins: None,
                 datapath: None,
                 wireguard: None,
+                endpoints: None,
             }),
             ipcache: Box::new(Vec::new),
+            endpoints: Box::new(Vec::new),
             cni,
         }
     }
@@ -172,6 +182,8 @@ mod tests {
         assert_eq!(client.get_text("/healthz").await.unwrap(), "ok\n");
         let rows: Vec<IpCacheRow> = client.get("/ipcache").await.unwrap();
         assert!(rows.is_empty());
+        let endpoints: Vec<Record> = client.get(super::super::ENDPOINTS_ROUTE).await.unwrap();
+        assert!(endpoints.is_empty());
 
         let (code, body) = client.post(weft_api::cni::ROUTE, &call()).await.unwrap();
         assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
