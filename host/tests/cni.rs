@@ -300,3 +300,56 @@ async fn an_unusable_namespace_is_refused_with_its_code_and_leaves_nothing() {
     assert_eq!((status, out["code"].as_u64()), (1, Some(7)), "{out}");
     assert!(!has_link(&pod, "eth0"));
 }
+
+#[tokio::test]
+async fn a_dual_stack_node_gives_a_pod_an_address_of_each_family() {
+    let etcd = Etcd::start().await;
+    let node = Netns::new("weft-cni-ds-node");
+    let pod = Netns::new("weft-cni-ds-pod");
+    let agent = Agent::start_with(
+        "cluster1",
+        1,
+        &etcd,
+        &[
+            "--pod-cidr".as_ref(),
+            "10.78.0.0/24,fd00:78::/64".as_ref(),
+            "--datapath-netns".as_ref(),
+            node.path().as_os_str(),
+        ],
+    );
+    ready(&agent).await;
+    let (added, status) = cni("ADD", "ds-0", Some(&pod.path()), &conf(&agent));
+    assert_eq!(status, 0, "{added}");
+    assert_eq!(added["ips"][0]["address"], "10.78.0.2/32", "{added}");
+    assert_eq!(added["ips"][1]["address"], "fd00:78::2/128", "{added}");
+    assert_eq!(added["ips"][1]["gateway"], "fd00:78::1");
+    let routes: Vec<&str> = added["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["dst"].as_str().unwrap())
+        .collect();
+    assert_eq!(routes, ["0.0.0.0/0", "::/0"]);
+    let v6 = get(&etcd, "cilium/state/ip/v1/default/fd00:78::2")
+        .await
+        .expect("IPv6 entry");
+    let v4 = get(&etcd, "cilium/state/ip/v1/default/10.78.0.2")
+        .await
+        .expect("IPv4 entry");
+    assert_eq!(v6["ID"], v4["ID"], "one identity for both");
+    let node_record = get(&etcd, "cilium/state/nodes/v1/cluster1/cluster1-node")
+        .await
+        .unwrap();
+    assert_eq!(node_record["IPv6AllocCIDR"]["IP"], "fd00:78::");
+    let mut check = conf(&agent);
+    check["prevResult"] = added.clone();
+    assert_eq!(
+        cni("CHECK", "ds-0", Some(&pod.path()), &check).1,
+        0,
+        "both addresses in place"
+    );
+    assert_eq!(cni("DEL", "ds-0", Some(&pod.path()), &conf(&agent)).1, 0);
+    assert!(get(&etcd, "cilium/state/ip/v1/default/fd00:78::2")
+        .await
+        .is_none());
+}
