@@ -300,6 +300,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 },
                 allocator,
                 leased.clone(),
+                Some(endpoint_regeneration(
+                    &mesh,
+                    &plugin_host,
+                    plugins_loaded.clone(),
+                    config.clustermesh_config.is_some(),
+                    RegenerationConfig {
+                        default_timeout: config.ip_identities_sync_timeout,
+                        ipsec: false,
+                        wireguard: wireguard.is_some(),
+                    },
+                )),
             )?);
             let m = manager.clone();
             tasks.spawn(async move {
@@ -562,5 +573,27 @@ fn pod_cidr(config: &Config, v4: bool) -> Option<crate::model::IpNet> {
     Some(crate::model::IpNet {
         ip: cidr.network(),
         mask,
+    })
+}
+
+/// How a workload endpoint waits at its regeneration: like the host endpoint, for the
+/// clusters and plugins present at start, then as the policy decides.
+fn endpoint_regeneration(
+    mesh: &ClusterMesh,
+    plugins: &PluginHost,
+    loaded: watch::Receiver<bool>,
+    config_dir: bool,
+    config: RegenerationConfig,
+) -> crate::endpoint::regeneration::Regenerate {
+    let (mesh, plugins) = (mesh.clone(), plugins.clone());
+    Arc::new(move |endpoint, reason| {
+        let (mesh, plugins, mut loaded) = (mesh.clone(), plugins.clone(), loaded.clone());
+        Box::pin(async move {
+            if config_dir {
+                mesh.config_dir_synced().await;
+            }
+            let _ = loaded.wait_for(|l| *l).await;
+            wait_for_regeneration(&mesh, &plugins, config, endpoint, reason).await
+        })
     })
 }

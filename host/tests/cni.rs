@@ -353,3 +353,97 @@ async fn a_dual_stack_node_gives_a_pod_an_address_of_each_family() {
         .await
         .is_none());
 }
+
+/// A clustermesh file naming cluster2 at an address where nothing listens: it never
+/// syncs, so a regeneration that waits for it waits its whole timeout.
+fn unreachable_cluster2(agent: &Agent) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    support::write_config_file(agent.mesh_dir.path(), "cluster2", &url);
+}
+
+fn regeneration_of(agent: &Agent, key: &str) -> Option<Value> {
+    let listed = agent.json(&["endpoint", "list"])?;
+    let r = listed.as_array()?.iter().find(|e| e["key"] == key)?;
+    Some(r["regeneration"].clone()).filter(|r| !r.is_null())
+}
+
+#[tokio::test]
+async fn a_pod_waiting_for_remote_state_is_deleted_at_once() {
+    let etcd = Etcd::start().await;
+    let node = Netns::new("weft-cni-wait-node");
+    let pod = Netns::new("weft-cni-wait-pod");
+    let agent = start(&etcd, &node); // the default wait: one minute
+    unreachable_cluster2(&agent);
+    ready(&agent).await;
+    let started = std::time::Instant::now();
+    let (added, status) = cni("ADD", "slow-0", Some(&pod.path()), &conf(&agent));
+    assert_eq!(status, 0, "{added}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "ADD does not wait for the mesh"
+    );
+    let waiting = eventually(
+        "the regeneration is under way",
+        Duration::from_secs(10),
+        || regeneration_of(&agent, "slow-0/eth0").filter(|r| r["result"] == "waiting"),
+    )
+    .await;
+    assert_eq!(waiting["reason"], "create");
+
+    let started = std::time::Instant::now();
+    assert_eq!(cni("DEL", "slow-0", Some(&pod.path()), &conf(&agent)).1, 0);
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "DEL waited {took:?} for the regeneration"
+    );
+    assert_eq!(agent.json(&["endpoint", "list"]).unwrap(), json!([]));
+}
+
+#[tokio::test]
+async fn a_regeneration_that_times_out_says_so_once_and_a_restart_regenerates_again() {
+    let etcd = Etcd::start().await;
+    let node = Netns::new("weft-cni-to-node");
+    let pod = Netns::new("weft-cni-to-pod");
+    let node_path = node.path();
+    let mut with_timeout = flags(&node_path).to_vec();
+    with_timeout.extend::<[&std::ffi::OsStr; 2]>([
+        "--clustermesh-ip-identities-sync-timeout".as_ref(),
+        "2s".as_ref(),
+    ]);
+    let mut agent = Agent::start_with("cluster1", 1, &etcd, &with_timeout);
+    unreachable_cluster2(&agent);
+    ready(&agent).await;
+    assert_eq!(cni("ADD", "late-0", Some(&pod.path()), &conf(&agent)).1, 0);
+    let done = eventually("the regeneration ends", Duration::from_secs(20), || {
+        regeneration_of(&agent, "late-0/eth0").filter(|r| r["result"] != "waiting")
+    })
+    .await;
+    let result = done["result"].as_str().unwrap();
+    assert!(
+        result.starts_with("timed out") && result.contains("cluster2"),
+        "{done}"
+    );
+    assert_eq!(done["decided_by"], "built-in default");
+    assert!(
+        done["verdict"].as_str().unwrap().contains("wait 2s"),
+        "{done}"
+    );
+    assert!(done["waited_ms"].as_u64().unwrap() >= 1_900, "{done}");
+    let warned = agent
+        .log()
+        .matches("cross-cluster connections may be disrupted")
+        .count();
+    assert_eq!(warned, 1, "logged once");
+
+    agent.restart(&with_timeout);
+    ready(&agent).await;
+    eventually(
+        "the restored endpoint regenerates",
+        Duration::from_secs(20),
+        || regeneration_of(&agent, "late-0/eth0").filter(|r| r["reason"] == "restore"),
+    )
+    .await;
+}

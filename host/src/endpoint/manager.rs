@@ -7,14 +7,17 @@
 
 use super::ipam::Ipam;
 use super::link::{self, Plan};
+use super::regeneration::{self, Regenerate, Regeneration};
 use super::store::{Phase, Record, Store};
 use crate::identity::GlobalAllocator;
 use crate::model::{IpIdentityPair, Label, Labels};
 use crate::node::LeasedKeys;
+use crate::plugins::RegenerationReason;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use weft_api::cni::rscni_types::types::{CNIResult, Interface, IpConfig, Route};
 use weft_api::cni::{code, CniAnswer, CniCall, Command, Failure};
 
@@ -62,7 +65,6 @@ pub enum Error {
 }
 
 /// This node's endpoints.
-#[derive(Debug)]
 pub struct EndpointManager {
     config: Config,
     store: Store,
@@ -71,6 +73,18 @@ pub struct EndpointManager {
     keys: LeasedKeys,
     /// One operation at a time: an ADD and a DEL of one endpoint must not interleave.
     ops: tokio::sync::Mutex<()>,
+    /// How an endpoint waits at its regeneration; `None` regenerates at once.
+    regenerate: Option<Regenerate>,
+    /// Regenerations under way, by endpoint.
+    waits: std::sync::Mutex<BTreeMap<String, (tokio::task::AbortHandle, Regeneration)>>,
+}
+
+impl std::fmt::Debug for EndpointManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointManager")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EndpointManager {
@@ -83,6 +97,7 @@ impl EndpointManager {
         config: Config,
         identities: GlobalAllocator,
         keys: LeasedKeys,
+        regenerate: Option<Regenerate>,
     ) -> Result<Self, Error> {
         let dir = state_dir.join("endpoints");
         let store = Store::open(&dir).map_err(|source| Error::Store { path: dir, source })?;
@@ -94,19 +109,83 @@ impl EndpointManager {
             identities,
             keys,
             ops: tokio::sync::Mutex::new(()),
+            regenerate,
+            waits: Default::default(),
         })
     }
 
-    /// The endpoints, as recorded.
+    /// The endpoints, as recorded, with the regenerations under way.
     pub fn list(&self) -> Vec<Record> {
-        self.store.all().0
+        let mut records = self.store.all().0;
+        let waits = self.waits.lock().expect("waits lock");
+        for r in &mut records {
+            if let Some((_, w)) = waits.get(&r.key) {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                r.regeneration = Some(Regeneration {
+                    waited_ms: now.saturating_sub(w.started_at) * 1000,
+                    ..w.clone()
+                });
+            }
+        }
+        records
+    }
+
+    /// Regenerates `record` for `reason` in a task of its own: asks the policy, waits
+    /// as it decides, and records the outcome. A DEL of the endpoint ends the wait.
+    fn regenerate(self: &Arc<Self>, record: &Record, reason: RegenerationReason) {
+        let Some(regenerate) = self.regenerate.clone() else {
+            return;
+        };
+        let endpoint = regeneration::workload(
+            record.identity.unwrap_or_default(),
+            &record.namespace,
+            &record.pod_name,
+            &record.labels,
+        );
+        let key = record.key.clone();
+        let waiting = Regeneration::waiting(reason);
+        let me = Arc::clone(self);
+        let (k, w) = (key.clone(), waiting.clone());
+        let mut waits = self.waits.lock().expect("waits lock");
+        let task = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let outcome = regenerate(endpoint, reason).await;
+            if let Some(Err(timeout)) = &outcome.result {
+                tracing::warn!(
+                    endpoint = k,
+                    %timeout,
+                    "endpoint regenerates without full remote state: its cross-cluster connections may be disrupted"
+                );
+            }
+            let ended = w.ended(&outcome, started);
+            let _op = me.ops.lock().await;
+            me.waits.lock().expect("waits lock").remove(&k);
+            if let Ok(Some(mut r)) = me.store.get(&k) {
+                r.regeneration = Some(ended);
+                if let Err(e) = me.store.put(&r) {
+                    tracing::warn!(endpoint = k, error = %e, "cannot record the regeneration");
+                }
+            }
+        });
+        if let Some((old, _)) = waits.insert(key, (task.abort_handle(), waiting)) {
+            old.abort();
+        }
+    }
+
+    /// Ends the regeneration of `key` under way, if any.
+    fn stop_regeneration(&self, key: &str) {
+        if let Some((task, _)) = self.waits.lock().expect("waits lock").remove(key) {
+            task.abort();
+        }
     }
 
     /// After a restart: endpoints an ADD left half-made are undone; ready ones are
     /// restored untouched (their namespaces, interfaces and addresses stay), taking
     /// their identities again and publishing their ipcache entries on this agent's
     /// lease. Returns the restored endpoints.
-    pub async fn restore(&self) -> Vec<Record> {
+    pub async fn restore(self: &Arc<Self>) -> Vec<Record> {
         let _op = self.ops.lock().await;
         let (records, unreadable) = self.store.all();
         for (path, reason) in unreadable {
@@ -122,7 +201,10 @@ impl EndpointManager {
                 continue;
             }
             match self.republish(&r).await {
-                Ok(()) => restored.push(r),
+                Ok(()) => {
+                    self.regenerate(&r, RegenerationReason::Restore);
+                    restored.push(r);
+                }
                 Err(f) => {
                     tracing::warn!(endpoint = r.key, error = %f, "restored endpoint not republished")
                 }
@@ -135,7 +217,7 @@ impl EndpointManager {
     ///
     /// # Errors
     /// [`Failure`] with the specification's code, or the agent's ([`code`]).
-    pub async fn handle(&self, call: CniCall) -> Result<CniAnswer, Failure> {
+    pub async fn handle(self: &Arc<Self>, call: CniCall) -> Result<CniAnswer, Failure> {
         let _op = self.ops.lock().await;
         match call.command {
             Command::Add => self.add(&call).await.map(|result| CniAnswer {
@@ -172,7 +254,7 @@ impl EndpointManager {
             .map_err(|e| Failure::new(5, "cannot write the endpoint's record", e.to_string()))
     }
 
-    async fn add(&self, call: &CniCall) -> Result<CNIResult, Failure> {
+    async fn add(self: &Arc<Self>, call: &CniCall) -> Result<CNIResult, Failure> {
         let key = key(call);
         let netns = PathBuf::from(call.netns.clone().unwrap_or_default());
         if let Some(r) = self.record(&key)? {
@@ -204,10 +286,14 @@ impl EndpointManager {
             addresses: Vec::new(),
             identity: None,
             attachment: None,
+            regeneration: None,
         };
         self.persist(&record)?;
         match self.build(&mut record, &labels).await {
-            Ok(()) => Ok(self.result(&record)),
+            Ok(()) => {
+                self.regenerate(&record, RegenerationReason::Create);
+                Ok(self.result(&record))
+            }
             Err(failure) => {
                 if let Err(undo) = self.undo(&key, Some(&record)).await {
                     tracing::warn!(endpoint = key, error = %undo, "cannot undo a failed ADD");
@@ -303,6 +389,7 @@ impl EndpointManager {
 
     /// Undoes every part of endpoint `key` that may exist, the record last.
     async fn undo(&self, key: &str, record: Option<&Record>) -> Result<(), Failure> {
+        self.stop_regeneration(key);
         if let Some(r) = record {
             if r.identity.is_some() {
                 if let Ok(labels) = r.labels.parse::<Labels>() {

@@ -3,11 +3,13 @@
 //! - [`ipam`]: addresses from the node's pod CIDRs, remembered across restarts;
 //! - [`link`]: the veth pair, addresses and routes, through rtnetlink;
 //! - [`store`]: one record per endpoint, written before the first side effect;
-//! - [`manager`]: the CNI operations, each step idempotent, with crash recovery.
+//! - [`manager`]: the CNI operations, each step idempotent, with crash recovery;
+//! - [`regeneration`]: each endpoint's wait, as the regeneration policy decides.
 
 pub mod ipam;
 pub mod link;
 pub mod manager;
+pub mod regeneration;
 pub mod store;
 
 pub use manager::{Config, EndpointManager};

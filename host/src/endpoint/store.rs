@@ -45,6 +45,9 @@ pub struct Record {
     /// The interfaces, once set up.
     #[serde(default)]
     pub attachment: Option<Attachment>,
+    /// The last regeneration (or the one under way, in a listing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regeneration: Option<super::regeneration::Regeneration>,
 }
 
 /// The records of one agent.

@@ -1,0 +1,104 @@
+//! An endpoint's regeneration: the policy is asked with the endpoint's identity,
+//! namespace and labels, and the endpoint waits as it decides. Each endpoint's wait is
+//! a task of its own, so many wait at once; deleting the endpoint ends its wait at once.
+//!
+//! What waits is supplied by the agent ([`Regenerate`]): the mesh's barriers through
+//! [`crate::regeneration::wait_for_regeneration`], after the clustermesh directory and
+//! the plugins present at start are in.
+
+use crate::plugins::{Endpoint, EndpointKind, RegenerationReason};
+use crate::regeneration::WaitOutcome;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// Asks the policy for an endpoint and waits as it decides.
+pub type Regenerate =
+    Arc<dyn Fn(Endpoint, RegenerationReason) -> BoxFuture<'static, WaitOutcome> + Send + Sync>;
+
+/// The last regeneration of an endpoint, as `weftd endpoint list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Regeneration {
+    /// Why it regenerated: `restore`, `create`, ….
+    pub reason: String,
+    /// The plugin that decided, or `built-in default`.
+    pub decided_by: String,
+    /// What it decided: `wait 60s for [Ipcache, Identities]`, `proceed`.
+    pub verdict: String,
+    /// `waiting`, `proceeded`, `synced`, `timed out: …`.
+    pub result: String,
+    /// How long it waited, in milliseconds (so far, while waiting).
+    pub waited_ms: u64,
+    /// When it started, in seconds since the epoch.
+    pub started_at: u64,
+}
+
+impl Regeneration {
+    /// A regeneration that has started and not yet ended.
+    pub fn waiting(reason: RegenerationReason) -> Self {
+        Self {
+            reason: reason_name(reason).into(),
+            decided_by: String::new(),
+            verdict: String::new(),
+            result: "waiting".into(),
+            waited_ms: 0,
+            started_at: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// The same regeneration, ended with `outcome` after waiting since `since`.
+    pub fn ended(self, outcome: &WaitOutcome, since: Instant) -> Self {
+        let result = match &outcome.result {
+            None => "proceeded".to_owned(),
+            Some(Ok(r)) if r.disconnected.is_empty() => "synced".to_owned(),
+            Some(Ok(r)) => format!("synced (disconnected: {})", r.disconnected.join(", ")),
+            Some(Err(timeout)) => format!("timed out: {timeout}"),
+        };
+        Self {
+            decided_by: outcome
+                .answer
+                .decided_by
+                .clone()
+                .unwrap_or_else(|| "built-in default".into()),
+            verdict: match &outcome.answer.verdict {
+                crate::plugins::Verdict::Wait {
+                    timeout, barriers, ..
+                } => format!(
+                    "wait {} for {barriers:?}",
+                    humantime::format_duration(*timeout)
+                ),
+                v => format!("{v:?}").to_lowercase(),
+            },
+            result,
+            waited_ms: u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ..self
+        }
+    }
+}
+
+fn reason_name(reason: RegenerationReason) -> &'static str {
+    match reason {
+        RegenerationReason::Restore => "restore",
+        RegenerationReason::Create => "create",
+        RegenerationReason::IdentityChange => "identity-change",
+        RegenerationReason::PolicyChange => "policy-change",
+    }
+}
+
+/// The policy's view of a workload endpoint.
+pub fn workload(identity: u32, namespace: &str, name: &str, labels: &str) -> Endpoint {
+    Endpoint {
+        kind: EndpointKind::Workload,
+        identity,
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        labels: labels
+            .split(';')
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    }
+}
