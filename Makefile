@@ -39,6 +39,7 @@ bench: deps plugins
 	$(CARGO) bench -p weft --bench plugins
 	$(CARGO) bench -p weft --bench datapath
 	$(CARGO) bench -p weft --bench wireguard
+	$(CARGO) bench -p weft --bench cni
 
 clean:
 	$(CARGO) clean

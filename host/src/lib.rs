@@ -21,6 +21,7 @@ pub mod netlink;
 pub mod node;
 pub mod plugin_tool;
 pub mod plugins;
+pub mod policy;
 pub mod regeneration;
 pub mod state;
 pub mod wireguard;
