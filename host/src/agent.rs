@@ -10,6 +10,7 @@ use crate::kvstore::{self, Endpoints};
 use crate::model::{Node, NodeAddress};
 use crate::node::{run_registration, NodeId, Registration};
 use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustPolicy};
+use crate::policy::PolicySet;
 use crate::regeneration::{self, wait_for_regeneration, RegenerationConfig};
 use crate::state::{run_local_kvstore, State};
 use crate::wireguard::{self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync};
@@ -45,6 +46,8 @@ pub struct Config {
     pub wireguard: Option<NodeWireGuardConfig>,
     /// Endpoints for `weft-cni`; `None` manages none.
     pub endpoints: Option<EndpointsConfig>,
+    /// The policy directory, followed live.
+    pub policy_dir: Option<PathBuf>,
 }
 
 /// This node's endpoints.
@@ -182,11 +185,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // Set once the local etcd is connected; until then CNI calls are told to retry.
     let endpoint_manager: Arc<std::sync::OnceLock<Arc<EndpointManager>>> = Arc::default();
+    let (policy_tx, policies) = watch::channel(Arc::new(PolicySet::default()));
+    if let Some(dir) = config.policy_dir.clone() {
+        tasks.spawn(crate::policy::dir::follow(dir, policy_tx));
+    }
+    let following_policies = config.policy_dir.is_some();
     let api_state = api::Handlers {
         status: {
             let (mesh, state, plugins) = (mesh.clone(), state.clone(), plugin_host.clone());
             let dp = node_datapath.clone();
             let endpoints = endpoint_manager.clone();
+            let policies = policies.clone();
             let wg = wireguard.as_ref().map(|wg| wg.peers.clone());
             Box::new(move || StatusReport {
                 cluster: own_cluster.clone(),
@@ -195,6 +204,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 plugins: Some(plugins.report()),
                 datapath: dp.as_ref().map(NodeDatapath::status),
                 wireguard: wg.as_ref().map(|wg| wg.status()),
+                policies: following_policies.then(|| {
+                    let set = policies.borrow();
+                    api::PoliciesStatus {
+                        loaded: set.policies.iter().map(|p| p.name.clone()).collect(),
+                        refused: set.refused.clone(),
+                    }
+                }),
                 endpoints: endpoints.get().map(|m| {
                     let all = m.list();
                     let ready = all.iter().filter(|r| r.phase == Phase::Ready).count();
@@ -206,8 +222,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             })
         },
         endpoints: {
-            let endpoints = endpoint_manager.clone();
-            Box::new(move || endpoints.get().map(|m| m.list()).unwrap_or_default())
+            let (endpoints, state, policies) =
+                (endpoint_manager.clone(), state.clone(), policies.clone());
+            Box::new(move || {
+                let records = endpoints.get().map(|m| m.list()).unwrap_or_default();
+                let set = policies.borrow().clone();
+                let identities = state.identities.lock().expect("identities lock").all();
+                records
+                    .into_iter()
+                    .map(|record| {
+                        let policy = following_policies
+                            .then(|| record.labels.parse().ok())
+                            .flatten()
+                            .map(|labels| {
+                                crate::policy::compute(&set.policies, &labels, &identities)
+                            });
+                        api::EndpointView { record, policy }
+                    })
+                    .collect()
+            })
         },
         ipcache: {
             let state = state.clone();

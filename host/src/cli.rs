@@ -170,6 +170,10 @@ pub struct RunArgs {
     /// where their identities and ipcache entries are published).
     #[arg(long, env = "WEFT_POD_CIDR", value_delimiter = ',')]
     pub pod_cidr: Vec<ipnet::IpNet>,
+    /// A directory of policies (CiliumNetworkPolicy or NetworkPolicy, one per file),
+    /// followed live; endpoints they select are default-deny.
+    #[arg(long, env = "WEFT_POLICY_DIR")]
+    pub policy_dir: Option<PathBuf>,
     /// The MTU of endpoint interfaces (leave room for WireGuard's 80 bytes).
     #[arg(long, env = "WEFT_ENDPOINT_MTU", default_value_t = 1420)]
     pub endpoint_mtu: u32,
@@ -359,6 +363,7 @@ impl RunArgs {
             clustermesh_config: self.clustermesh_config,
             state_dir: self.state_dir,
             ip_identities_sync_timeout: self.clustermesh_ip_identities_sync_timeout,
+            policy_dir: self.policy_dir,
             endpoints: (!self.pod_cidr.is_empty()).then(|| agent::EndpointsConfig {
                 pod_cidrs: self.pod_cidr,
                 mtu: self.endpoint_mtu,
@@ -438,6 +443,16 @@ pub fn render_status(report: &api::StatusReport) -> String {
                 .generation
                 .map_or("not attached".to_owned(), |g| format!("generation {g}"));
             out.push_str(&format!("  {} ({}): {serving}\n", e.name, e.device));
+        }
+    }
+    if let Some(p) = &report.policies {
+        out.push_str(&format!(
+            "policies: {} in force, {} refused\n",
+            p.loaded.len(),
+            p.refused.len()
+        ));
+        for r in &p.refused {
+            out.push_str(&format!("  refused {}: {}\n", r.file, r.reason));
         }
     }
     if let Some(e) = &report.endpoints {
@@ -685,12 +700,13 @@ pub fn render_ipcache(rows: &[api::IpCacheRow]) -> String {
 }
 
 /// The human view of `weftd endpoint list`.
-pub fn render_endpoints(rows: &[crate::endpoint::store::Record]) -> String {
+pub fn render_endpoints(rows: &[api::EndpointView]) -> String {
     let mut out = format!(
         "{:<28} {:<28} {:>10} {:<32} {:<15} {}\n",
         "ENDPOINT", "POD", "IDENTITY", "ADDRESSES", "HOST SIDE", "PHASE"
     );
-    for r in rows {
+    for view in rows {
+        let r = &view.record;
         let ips: Vec<String> = r.addresses.iter().map(ToString::to_string).collect();
         let host = r
             .attachment
@@ -706,6 +722,31 @@ pub fn render_endpoints(rows: &[crate::endpoint::store::Record]) -> String {
             r.phase,
         ));
         out.push_str(&format!("    labels: {}\n", r.labels));
+        if let Some(g) = &r.regeneration {
+            out.push_str(&format!(
+                "    regeneration ({}): {}, {} by {}, {} ms\n",
+                g.reason, g.result, g.verdict, g.decided_by, g.waited_ms
+            ));
+        }
+        if let Some(p) = &view.policy {
+            let side = |enforced: bool, n: usize| {
+                if enforced {
+                    format!("enforced, {n} allowed")
+                } else {
+                    "open".to_owned()
+                }
+            };
+            out.push_str(&format!(
+                "    policy: ingress {}, egress {} (selected by: {})\n",
+                side(p.ingress_enforced, p.ingress.len()),
+                side(p.egress_enforced, p.egress.len()),
+                if p.selected_by.is_empty() {
+                    "none".to_owned()
+                } else {
+                    p.selected_by.join(", ")
+                }
+            ));
+        }
     }
     out
 }

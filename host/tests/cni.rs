@@ -447,3 +447,108 @@ async fn a_regeneration_that_times_out_says_so_once_and_a_restart_regenerates_ag
     )
     .await;
 }
+
+const WEB_POLICY: &str = "
+apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: web-from-clients, namespace: shop}
+spec:
+  endpointSelector: {matchLabels: {app: web}}
+  ingress:
+  - fromEndpoints: [{matchLabels: {app: client}}]
+    toPorts: [{ports: [{port: '80', protocol: TCP}]}]
+";
+
+fn policy_of(agent: &Agent, key: &str) -> Option<Value> {
+    let listed = agent.json(&["endpoint", "list"])?;
+    let e = listed.as_array()?.iter().find(|e| e["key"] == key)?;
+    Some(e["policy"].clone())
+}
+
+#[tokio::test]
+async fn policies_are_followed_and_admit_identities_as_they_arrive() {
+    let etcd = Etcd::start().await;
+    let node = Netns::new("weft-cni-pol-node");
+    let (web, client) = (
+        Netns::new("weft-cni-pol-web"),
+        Netns::new("weft-cni-pol-client"),
+    );
+    let policies = tempfile::tempdir().unwrap();
+    std::fs::write(policies.path().join("web.yaml"), WEB_POLICY).unwrap();
+    let node_path = node.path();
+    let mut f = flags(&node_path).to_vec();
+    f.extend::<[&std::ffi::OsStr; 2]>(["--policy-dir".as_ref(), policies.path().as_os_str()]);
+    let agent = Agent::start_with("cluster1", 1, &etcd, &f);
+    ready(&agent).await;
+
+    assert_eq!(cni("ADD", "web", Some(&web.path()), &conf(&agent)).1, 0);
+    let p = eventually("web's policy", Duration::from_secs(10), || {
+        policy_of(&agent, "web/eth0")
+    })
+    .await;
+    assert_eq!(p["ingress_enforced"], true, "{p}");
+    assert_eq!(p["egress_enforced"], false, "{p}");
+    assert_eq!(p["selected_by"], json!(["shop/web-from-clients"]));
+    assert_eq!(p["ingress"], json!([]), "no client yet: nothing admitted");
+
+    let mut client_conf = conf(&agent);
+    client_conf["runtimeConfig"]["labels"] = json!({"app": "client"});
+    let (added, status) = cni("ADD", "client", Some(&client.path()), &client_conf);
+    assert_eq!(status, 0, "{added}");
+    let client_id = eventually("the client's identity", Duration::from_secs(10), || {
+        agent
+            .json(&["endpoint", "list"])?
+            .as_array()?
+            .iter()
+            .find(|e| e["key"] == "client/eth0")?["identity"]
+            .as_u64()
+    })
+    .await;
+    let admitted = eventually(
+        "web admits the client's identity",
+        Duration::from_secs(10),
+        || {
+            let p = policy_of(&agent, "web/eth0")?;
+            p["ingress"]
+                .as_array()?
+                .iter()
+                .find(|a| a["identity"].as_u64() == Some(client_id))
+                .cloned()
+        },
+    )
+    .await;
+    assert_eq!(
+        (admitted["protocol"].as_u64(), admitted["first"].as_u64()),
+        (Some(6), Some(80))
+    );
+    assert_eq!(
+        policy_of(&agent, "client/eth0").unwrap()["ingress_enforced"],
+        false,
+        "not selected"
+    );
+
+    std::fs::write(policies.path().join("bad.yaml"), "kind: Nonsense\n").unwrap();
+    let status = eventually("the bad file refused", Duration::from_secs(10), || {
+        agent.status_json().filter(|s| {
+            !s["policies"]["refused"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+        })
+    })
+    .await;
+    assert_eq!(
+        status["policies"]["refused"][0]["file"], "bad.yaml",
+        "{status}"
+    );
+    assert_eq!(
+        status["policies"]["loaded"],
+        json!(["shop/web-from-clients"]),
+        "the others stay"
+    );
+
+    std::fs::remove_file(policies.path().join("web.yaml")).unwrap();
+    eventually("web is open again", Duration::from_secs(10), || {
+        policy_of(&agent, "web/eth0").filter(|p| p["ingress_enforced"] == false)
+    })
+    .await;
+}

@@ -23,9 +23,7 @@ pub async fn fetch_ipcache(state_dir: &Path) -> Result<Vec<IpCacheRow>, Error> {
 ///
 /// # Errors
 /// [`Error::Call`] when no agent answers, or not with endpoints.
-pub async fn fetch_endpoints(
-    state_dir: &Path,
-) -> Result<Vec<crate::endpoint::store::Record>, Error> {
+pub async fn fetch_endpoints(state_dir: &Path) -> Result<Vec<super::EndpointView>, Error> {
     Ok(client(state_dir).get(super::ENDPOINTS_ROUTE).await?)
 }
 

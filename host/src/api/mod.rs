@@ -43,6 +43,9 @@ pub struct StatusReport {
     /// This node's endpoints, when the agent manages them (`--pod-cidr`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<EndpointsSummary>,
+    /// The policy directory, when the agent follows one (`--policy-dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policies: Option<PoliciesStatus>,
 }
 
 /// The endpoints at a glance; `weftd endpoint list` shows each.
@@ -52,6 +55,27 @@ pub struct EndpointsSummary {
     pub ready: usize,
     /// Endpoints whose ADD has not finished (or was interrupted).
     pub creating: usize,
+}
+
+/// One endpoint as `weftd endpoint list` shows it: its record, and its policy when
+/// the agent follows a policy directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointView {
+    /// The endpoint, as recorded.
+    #[serde(flatten)]
+    pub record: crate::endpoint::store::Record,
+    /// What it may receive and send, computed from every identity known now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::policy::EndpointPolicy>,
+}
+
+/// The policy directory's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoliciesStatus {
+    /// The policies in force, by name.
+    pub loaded: Vec<String>,
+    /// The files refused, with why.
+    pub refused: Vec<crate::policy::Refused>,
 }
 
 /// `GET`: this node's endpoints, as recorded.

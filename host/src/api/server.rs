@@ -1,7 +1,6 @@
 //! Serves the local API with axum on the unix socket.
 
 use super::{socket_path, Error, IpCacheRow, StatusReport};
-use crate::endpoint::store::Record;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -25,7 +24,7 @@ pub struct Handlers {
     /// `GET /ipcache`.
     pub ipcache: Box<dyn Fn() -> Vec<IpCacheRow> + Send + Sync>,
     /// `GET /v1/endpoints`: this node's endpoints (none without `--pod-cidr`).
-    pub endpoints: Box<dyn Fn() -> Vec<Record> + Send + Sync>,
+    pub endpoints: Box<dyn Fn() -> Vec<super::EndpointView> + Send + Sync>,
     /// `POST /v1/cni`; without it the agent manages no endpoints and says so.
     pub cni: Option<CniHandler>,
 }
@@ -140,6 +139,7 @@ mod tests {
                 datapath: None,
                 wireguard: None,
                 endpoints: None,
+                policies: None,
             }),
             ipcache: Box::new(Vec::new),
             endpoints: Box::new(Vec::new),
@@ -182,7 +182,8 @@ mod tests {
         assert_eq!(client.get_text("/healthz").await.unwrap(), "ok\n");
         let rows: Vec<IpCacheRow> = client.get("/ipcache").await.unwrap();
         assert!(rows.is_empty());
-        let endpoints: Vec<Record> = client.get(super::super::ENDPOINTS_ROUTE).await.unwrap();
+        let endpoints: Vec<super::super::EndpointView> =
+            client.get(super::super::ENDPOINTS_ROUTE).await.unwrap();
         assert!(endpoints.is_empty());
 
         let (code, body) = client.post(weft_api::cni::ROUTE, &call()).await.unwrap();

@@ -36,6 +36,24 @@ impl IdentityCache {
             .cloned()
     }
 
+    /// Every identity known, reserved ones included, with its labels.
+    pub fn all(&self) -> std::collections::BTreeMap<u32, Labels> {
+        Reserved::ALL
+            .iter()
+            .map(|r| (r.id(), (*r.labels()).clone()))
+            .chain(
+                self.local_cluster
+                    .iter()
+                    .map(|(id, l)| (*id, (**l).clone())),
+            )
+            .chain(
+                self.remote
+                    .values()
+                    .flat_map(|ids| ids.iter().map(|(id, l)| (*id, (**l).clone()))),
+            )
+            .collect()
+    }
+
     /// Adds or replaces an identity of this cluster.
     pub fn upsert_local_cluster(&mut self, id: u32, labels: Labels) {
         self.local_cluster.insert(id, Arc::new(labels));

@@ -5,12 +5,12 @@
 
 use super::rule::{Peer, Policy, PortRange};
 use crate::model::Labels;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One allowed flow: from (ingress) or to (egress) `identity`, on `ports`. Identity 0
 /// stands for every identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Allow {
     /// The peer's identity; 0 for any.
     pub identity: u32,
@@ -23,7 +23,7 @@ pub struct Allow {
 }
 
 /// What an endpoint may receive and send.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointPolicy {
     /// Some policy with ingress rules selects it: what is not allowed is dropped.
     pub ingress_enforced: bool,

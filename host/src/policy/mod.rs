@@ -4,12 +4,15 @@
 //!
 //! - [`selector`]: label selectors;
 //! - [`rule`]: policy files (`CiliumNetworkPolicy`, `NetworkPolicy`) as [`Policy`];
-//! - [`compute`]: an endpoint's allowed ingress and egress by identity and port.
+//! - [`compute`]: an endpoint's allowed ingress and egress by identity and port;
+//! - [`dir`]: the policy directory, followed live.
 
 pub mod compute;
+pub mod dir;
 pub mod rule;
 pub mod selector;
 
 pub use compute::{compute, Allow, EndpointPolicy};
+pub use dir::PolicySet;
 pub use rule::{parse, parse_all, Peer, PeerRule, Policy, PortRange, Refused};
 pub use selector::{Expression, Operator, Selector};

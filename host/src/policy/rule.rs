@@ -57,7 +57,7 @@ pub struct PortRange {
 }
 
 /// Why a policy file is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[error("policy {file}: {reason}")]
 pub struct Refused {
     /// The file.
