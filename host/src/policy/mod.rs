@@ -4,7 +4,7 @@
 //!
 //! - [`selector`]: label selectors;
 //! - [`rule`]: policy files (`CiliumNetworkPolicy`, `NetworkPolicy`) as [`Policy`];
-//! - [`compute`]: an endpoint's allowed ingress and egress by identity and port;
+//! - [`mod@compute`]: an endpoint's allowed ingress and egress by identity and port;
 //! - [`dir`]: the policy directory, followed live.
 
 pub mod compute;
