@@ -81,5 +81,3 @@ int weft_to_netdev(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	return bpf_redirect(cfg->wg_ifindex, 0);
 }
-
-char LICENSE[] SEC("license") = "Dual BSD/GPL";

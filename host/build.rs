@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The programs, one object each.
-const PROGRAMS: [&str; 2] = ["to_netdev", "baseline"];
+const PROGRAMS: [&str; 2] = ["generation", "baseline"];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));

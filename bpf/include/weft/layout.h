@@ -51,7 +51,51 @@ struct weft_config {
 	__u32 flags;      /* WEFT_CONFIG_* */
 };
 
+/* Directions of a policy entry, seen from the endpoint. */
+#define WEFT_DIR_INGRESS 0 /* to the endpoint */
+#define WEFT_DIR_EGRESS 1  /* from the endpoint */
+
+/* An allowed flow of one endpoint: the peer's identity (0: any), the destination port
+ * in host order (0: any) and the IP protocol (0: any), in one direction. An endpoint is
+ * named by the ifindex of its host side, where its programs run. */
+struct weft_policy_key {
+	__u32 endpoint;
+	__u32 identity;
+	__u16 dport;
+	__u8 protocol;
+	__u8 direction;
+};
+
+#define WEFT_ENDPOINT_INGRESS_ENFORCED 0x01
+#define WEFT_ENDPOINT_EGRESS_ENFORCED 0x02
+
+/* An endpoint, by the ifindex of its host side. */
+struct weft_endpoint {
+	__u32 identity;
+	__u32 flags; /* WEFT_ENDPOINT_*_ENFORCED */
+};
+
+/* A flow the policy allowed, as it left or entered the endpoint; its replies match
+ * the reversed tuple. Addresses as in the packet (IPv4 in the first four bytes). */
+struct weft_ct_key {
+	__u32 endpoint;
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u8 protocol;
+	__u8 family;
+	__u16 pad;
+};
+
 _Static_assert(sizeof(struct weft_ipcache_key) == 24, "ipcache key size");
+_Static_assert(sizeof(struct weft_policy_key) == 12, "policy key size");
+_Static_assert(offsetof(struct weft_policy_key, dport) == 8, "policy dport");
+_Static_assert(offsetof(struct weft_policy_key, direction) == 11, "policy direction");
+_Static_assert(sizeof(struct weft_endpoint) == 8, "endpoint size");
+_Static_assert(sizeof(struct weft_ct_key) == 44, "ct key size");
+_Static_assert(offsetof(struct weft_ct_key, sport) == 36, "ct sport");
+_Static_assert(offsetof(struct weft_ct_key, family) == 41, "ct family");
 _Static_assert(offsetof(struct weft_ipcache_key, cluster_id) == 4, "cluster_id");
 _Static_assert(offsetof(struct weft_ipcache_key, family) == 7, "family");
 _Static_assert(offsetof(struct weft_ipcache_key, ip4) == 8, "address");

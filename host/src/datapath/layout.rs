@@ -102,6 +102,47 @@ impl From<&Entry> for RemoteEndpointInfo {
     }
 }
 
+/// `WEFT_DIR_INGRESS`: to the endpoint.
+pub const DIR_INGRESS: u8 = 0;
+/// `WEFT_DIR_EGRESS`: from the endpoint.
+pub const DIR_EGRESS: u8 = 1;
+/// `WEFT_ENDPOINT_INGRESS_ENFORCED`.
+pub const ENDPOINT_INGRESS_ENFORCED: u32 = 0x01;
+/// `WEFT_ENDPOINT_EGRESS_ENFORCED`.
+pub const ENDPOINT_EGRESS_ENFORCED: u32 = 0x02;
+
+/// `struct weft_policy_key`: one allowed flow of an endpoint.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct PolicyKey {
+    /// The endpoint: its host side's ifindex.
+    pub endpoint: u32,
+    /// The peer's identity; 0 for any.
+    pub identity: u32,
+    /// The destination port, host order; 0 for any.
+    pub dport: u16,
+    /// The IP protocol; 0 for any.
+    pub protocol: u8,
+    /// [`DIR_INGRESS`] or [`DIR_EGRESS`].
+    pub direction: u8,
+}
+
+// SAFETY: repr(C), integers only, no padding (4+4+2+1+1).
+unsafe impl aya::Pod for PolicyKey {}
+
+/// `struct weft_endpoint`: an endpoint, by its host side's ifindex.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EndpointInfo {
+    /// Its security identity.
+    pub identity: u32,
+    /// [`ENDPOINT_INGRESS_ENFORCED`], [`ENDPOINT_EGRESS_ENFORCED`].
+    pub flags: u32,
+}
+
+// SAFETY: repr(C), two u32, no padding.
+unsafe impl aya::Pod for EndpointInfo {}
+
 /// `struct weft_config`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -135,6 +176,10 @@ mod tests {
         assert_eq!(offset_of!(RemoteEndpointInfo, flags), 23);
         assert_eq!(size_of::<DatapathConfig>(), 8);
         assert_eq!(offset_of!(DatapathConfig, flags), 4);
+        assert_eq!(size_of::<PolicyKey>(), 12);
+        assert_eq!(offset_of!(PolicyKey, dport), 8);
+        assert_eq!(offset_of!(PolicyKey, direction), 11);
+        assert_eq!(size_of::<EndpointInfo>(), 8);
     }
 
     #[test]
@@ -151,6 +196,10 @@ mod tests {
             "offsetof(struct weft_remote_endpoint_info, flags) == 23",
             "sizeof(struct weft_config) == 8",
             "offsetof(struct weft_config, flags) == 4",
+            "sizeof(struct weft_policy_key) == 12",
+            "offsetof(struct weft_policy_key, dport) == 8",
+            "offsetof(struct weft_policy_key, direction) == 11",
+            "sizeof(struct weft_endpoint) == 8",
         ] {
             assert!(header.contains(line), "layout.h no longer asserts {line}");
         }
@@ -160,6 +209,16 @@ mod tests {
             ("WEFT_IPCACHE_KEY_FIXED_BITS 32", KEY_FIXED_BITS),
             ("WEFT_ENDPOINT_FLAG_TUNNEL_V6 0x01", FLAG_TUNNEL_V6 as u32),
             ("WEFT_CONFIG_NODE_ENCRYPTION 0x01", CONFIG_NODE_ENCRYPTION),
+            ("WEFT_DIR_INGRESS 0", DIR_INGRESS as u32),
+            ("WEFT_DIR_EGRESS 1", DIR_EGRESS as u32),
+            (
+                "WEFT_ENDPOINT_INGRESS_ENFORCED 0x01",
+                ENDPOINT_INGRESS_ENFORCED,
+            ),
+            (
+                "WEFT_ENDPOINT_EGRESS_ENFORCED 0x02",
+                ENDPOINT_EGRESS_ENFORCED,
+            ),
         ] {
             assert!(header.contains(name), "layout.h: {name} ({value})");
         }

@@ -19,21 +19,24 @@
 //! program with the old map or the new with the new, never a half-filled map. A
 //! generation no link uses any more is unpinned, and the kernel frees it.
 
+mod endpoint;
 mod layout;
 mod map_writer;
 mod netns;
 mod node;
 mod objects;
 
+pub use endpoint::{policy_entries, FROM_ENDPOINT, MAX_POLICY_ENTRIES, TO_ENDPOINT};
 pub use layout::{
-    ipcache_key, DatapathConfig, IpcacheKey, IpcacheKeyData, RemoteEndpointInfo,
-    CONFIG_NODE_ENCRYPTION, FAMILY_IPV4, FAMILY_IPV6, FLAG_TUNNEL_V6, IPCACHE_MAX_ENTRIES,
+    ipcache_key, DatapathConfig, EndpointInfo, IpcacheKey, IpcacheKeyData, PolicyKey,
+    RemoteEndpointInfo, CONFIG_NODE_ENCRYPTION, DIR_EGRESS, DIR_INGRESS, ENDPOINT_EGRESS_ENFORCED,
+    ENDPOINT_INGRESS_ENFORCED, FAMILY_IPV4, FAMILY_IPV6, FLAG_TUNNEL_V6, IPCACHE_MAX_ENTRIES,
     KEY_FIXED_BITS,
 };
 pub use map_writer::{IpcacheMap, IpcacheMaps, MapWriter, WriterStats};
 pub use netns::in_netns;
 pub use node::{DatapathStatus, EndpointStatus, NodeDatapath, NodeDatapathConfig};
-pub use objects::{BASELINE_OBJECT, TO_NETDEV_OBJECT};
+pub use objects::{BASELINE_OBJECT, GENERATION_OBJECT};
 
 use aya::maps::{Array, LpmTrie, MapData};
 use aya::programs::links::{FdLink, PinnedLink};
@@ -102,12 +105,13 @@ pub struct Endpoint {
     pub device: String,
 }
 
-/// One generation: a program and the ipcache map it reads.
+/// One generation: its programs and the maps they read.
 struct Generation {
     id: u64,
-    /// Holds the loaded program.
+    /// Holds the loaded programs.
     ebpf: Ebpf,
     ipcache: IpcacheMap,
+    endpoints: endpoint::EndpointMaps,
 }
 
 /// The datapath of a node: the shared config, the current generation, and the
@@ -145,7 +149,7 @@ impl Datapath {
         std::fs::create_dir_all(&dir).map_err(|e| bpffs(e.to_string()))?;
         let mut ebpf = EbpfLoader::new()
             .default_map_pin_directory(root)
-            .load(TO_NETDEV_OBJECT)
+            .load(GENERATION_OBJECT)
             .map_err(|e| Error::Load(format!("{e:#}")))?;
         let map_err = |map: &str, e: &dyn std::fmt::Display| Error::Map {
             map: map.into(),
@@ -166,6 +170,19 @@ impl Datapath {
             .map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?;
         let hosts =
             aya::maps::HashMap::try_from(hosts).map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?;
+        let mut take_pinned = |name: &str| {
+            let map = ebpf
+                .take_map(name)
+                .ok_or_else(|| Error::Load(format!("no map {name}")))?;
+            map.pin(dir.join(name)).map_err(|e| map_err(name, &e))?;
+            Ok::<_, Error>(map)
+        };
+        let endpoints = endpoint::EndpointMaps {
+            endpoints: aya::maps::HashMap::try_from(take_pinned(endpoint::ENDPOINTS_MAP)?)
+                .map_err(|e| map_err(endpoint::ENDPOINTS_MAP, &e))?,
+            policy: aya::maps::HashMap::try_from(take_pinned(endpoint::POLICY_MAP)?)
+                .map_err(|e| map_err(endpoint::POLICY_MAP, &e))?,
+        };
         let config = ebpf
             .take_map(CONFIG_MAP)
             .ok_or_else(|| Error::Load(format!("no map {CONFIG_MAP}")))?;
@@ -185,6 +202,7 @@ impl Datapath {
                 id,
                 ebpf,
                 ipcache: Arc::new(Mutex::new(IpcacheMaps { hosts, prefixes })),
+                endpoints,
             },
         })
     }
@@ -277,6 +295,51 @@ impl Datapath {
         test_run(to_netdev(&mut self.current.ebpf)?, packet, mark, repeat)
     }
 
+    /// Writes endpoint `ifindex`'s identity and policy into the current generation
+    /// (see [`policy_entries`]).
+    ///
+    /// # Errors
+    /// [`Error::Map`] when the kernel refuses a write.
+    pub fn set_endpoint(
+        &mut self,
+        ifindex: u32,
+        info: EndpointInfo,
+        keys: &std::collections::BTreeSet<PolicyKey>,
+    ) -> Result<(), Error> {
+        self.current.endpoints.set(ifindex, info, keys)
+    }
+
+    /// Forgets endpoint `ifindex` in the current generation.
+    pub fn remove_endpoint(&mut self, ifindex: u32) {
+        self.current.endpoints.remove(ifindex);
+    }
+
+    /// Runs the current generation's endpoint program `program` ([`FROM_ENDPOINT`] or
+    /// [`TO_ENDPOINT`]) on `packet`, as seen on the host side with ifindex `ifindex`
+    /// (a device of this namespace: 1, the loopback, in tests).
+    ///
+    /// # Errors
+    /// [`Error::Load`] when the program does not load or the kernel refuses the run.
+    pub fn test_run_endpoint(
+        &mut self,
+        program: &str,
+        packet: &[u8],
+        ifindex: u32,
+    ) -> Result<TestRun, Error> {
+        let p: &mut SchedClassifier = self
+            .current
+            .ebpf
+            .program_mut(program)
+            .ok_or_else(|| Error::Load(format!("no program {program}")))?
+            .try_into()
+            .map_err(|e| Error::Load(format!("{program}: {e}")))?;
+        if p.fd().is_err() {
+            p.load()
+                .map_err(|e| Error::Load(format!("{program}: {e:#}")))?;
+        }
+        test_run_on(p, packet, 0, ifindex, 1)
+    }
+
     /// Detaches `endpoint`: its link is unpinned and closed.
     ///
     /// # Errors
@@ -355,11 +418,24 @@ pub fn test_run(
     mark: u32,
     repeat: u32,
 ) -> Result<TestRun, Error> {
+    test_run_on(program, packet, mark, 0, repeat)
+}
+
+/// [`test_run`] on the device with ifindex `ifindex` (0: the kernel's default).
+fn test_run_on(
+    program: &SchedClassifier,
+    packet: &[u8],
+    mark: u32,
+    ifindex: u32,
+    repeat: u32,
+) -> Result<TestRun, Error> {
     use aya::programs::{TestRun as _, TestRunOptions};
-    // `struct __sk_buff` up to `mark` (len, pkt_type, mark): the kernel takes the rest
-    // as zero.
-    let mut ctx = [0u8; 12];
-    ctx[8..].copy_from_slice(&mark.to_ne_bytes());
+    // `struct __sk_buff` up to `ifindex` (len, pkt_type, mark, …, ingress_ifindex,
+    // ifindex at 40): the kernel takes what is not given as zero, and allows only
+    // these fields to be set.
+    let mut ctx = [0u8; 44];
+    ctx[8..12].copy_from_slice(&mark.to_ne_bytes());
+    ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
     let mut opts = TestRunOptions::new();
     opts.data_in = Some(packet);
     opts.ctx_in = Some(&ctx);
