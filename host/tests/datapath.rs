@@ -6,81 +6,29 @@
 mod support;
 
 use std::net::IpAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
-use weft::datapath::{
-    Datapath, DatapathConfig, MapWriter, CONFIG_NODE_ENCRYPTION, TC_ACT_OK, TC_ACT_REDIRECT,
-};
-use weft::ipcache::{Fact, IpCache, Owner, Prefix, Source};
+use support::bpf::Bpf;
+use weft::datapath::{DatapathConfig, CONFIG_NODE_ENCRYPTION, TC_ACT_OK, TC_ACT_REDIRECT};
+use weft::ipcache::{Owner, Prefix, Source};
 
 const WG_IFINDEX: u32 = 4242;
 const MARK_ENCRYPTED: u32 = 0x1E00;
 const POD_ID: u32 = 70_000;
 
-/// A datapath under a bpffs directory of its own, removed on drop.
-struct Bpf {
-    root: PathBuf,
-    dp: Datapath,
-    ipcache: IpCache,
-    writer: Arc<MapWriter>,
+/// The shared harness, with a WireGuard device configured.
+fn start(name: &str) -> Option<Bpf> {
+    let mut b = Bpf::start(name)?;
+    b.dp.set_config(DatapathConfig {
+        wg_ifindex: WG_IFINDEX,
+        flags: 0,
+    })
+    .unwrap();
+    Some(b)
 }
 
-impl Bpf {
-    fn start(name: &str) -> Option<Bpf> {
-        if !support::bpf_available(name) {
-            return None;
-        }
-        let root = PathBuf::from(format!(
-            "/sys/fs/bpf/weft-test-{}-{name}",
-            std::process::id()
-        ));
-        Datapath::remove_all(&root);
-        let mut dp = match Datapath::open(&root) {
-            Ok(dp) => dp,
-            Err(e) => panic!("the datapath does not load on this kernel: {e}"),
-        };
-        dp.set_config(DatapathConfig {
-            wg_ifindex: WG_IFINDEX,
-            flags: 0,
-        })
-        .unwrap();
-        let ipcache = IpCache::default();
-        let writer = MapWriter::start(dp.ipcache_map());
-        ipcache.add_listener(writer.clone());
-        Some(Bpf {
-            root,
-            dp,
-            ipcache,
-            writer,
-        })
-    }
-
-    fn put(&self, prefix: &str, identity: u32, key: u8) {
-        let fact = Fact {
-            identity: Some(identity),
-            tunnel_peer: Some("192.0.2.9".parse().unwrap()),
-            encrypt_key: key,
-            ..Fact::default()
-        };
-        let prefix: Prefix = prefix.parse().unwrap();
-        self.ipcache.upsert(
-            prefix,
-            Owner::new(Source::ClusterMesh, prefix.to_string()),
-            fact,
-        );
-    }
-
-    fn run(&mut self, src: &str, dst: &str, mark: u32) -> u32 {
-        self.writer.flush();
-        let packet = packet(src.parse().unwrap(), dst.parse().unwrap());
-        self.dp.test_run(&packet, mark, 1).unwrap().action
-    }
-}
-
-impl Drop for Bpf {
-    fn drop(&mut self) {
-        Datapath::remove_all(&self.root);
-    }
+fn run(b: &mut Bpf, src: &str, dst: &str, mark: u32) -> u32 {
+    b.writer.flush();
+    let packet = packet(src.parse().unwrap(), dst.parse().unwrap());
+    b.dp.test_run(&packet, mark, 1).unwrap().action
 }
 
 /// An Ethernet frame with an IPv4 or IPv6 header and a few bytes of UDP payload.
@@ -107,64 +55,72 @@ fn packet(src: IpAddr, dst: IpAddr) -> Vec<u8> {
 
 #[test]
 fn pod_to_a_destination_with_a_key_is_redirected_unless_already_encrypted() {
-    let Some(mut b) = Bpf::start("redirect") else {
+    let Some(mut b) = start("redirect") else {
         return;
     };
     b.put("10.1.0.5/32", POD_ID, 0); // a local pod
     b.put("10.2.0.7/32", POD_ID + 1, 0xFF); // a remote pod behind WireGuard
     b.put("10.3.0.7/32", POD_ID + 2, 0); // a remote pod without a key
-    assert_eq!(b.run("10.1.0.5", "10.2.0.7", 0), TC_ACT_REDIRECT);
+    assert_eq!(run(&mut b, "10.1.0.5", "10.2.0.7", 0), TC_ACT_REDIRECT);
     assert_eq!(
-        b.run("10.1.0.5", "10.2.0.7", MARK_ENCRYPTED),
+        run(&mut b, "10.1.0.5", "10.2.0.7", MARK_ENCRYPTED),
         TC_ACT_OK,
         "WireGuard's own output passes"
     );
     // Another mark (say, 0x0E00 for IPsec) is not WireGuard's.
-    assert_eq!(b.run("10.1.0.5", "10.2.0.7", 0x0E00), TC_ACT_REDIRECT);
-    assert_eq!(b.run("10.1.0.5", "10.3.0.7", 0), TC_ACT_OK, "no key");
-    assert_eq!(b.run("10.1.0.5", "10.9.9.9", 0), TC_ACT_OK, "no entry");
+    assert_eq!(run(&mut b, "10.1.0.5", "10.2.0.7", 0x0E00), TC_ACT_REDIRECT);
+    assert_eq!(run(&mut b, "10.1.0.5", "10.3.0.7", 0), TC_ACT_OK, "no key");
     assert_eq!(
-        b.run("10.8.0.1", "10.2.0.7", 0),
+        run(&mut b, "10.1.0.5", "10.9.9.9", 0),
+        TC_ACT_OK,
+        "no entry"
+    );
+    assert_eq!(
+        run(&mut b, "10.8.0.1", "10.2.0.7", 0),
         TC_ACT_OK,
         "a source outside the cluster"
     );
     // Without a WireGuard device configured nothing is redirected.
     b.dp.set_config(DatapathConfig::default()).unwrap();
-    assert_eq!(b.run("10.1.0.5", "10.2.0.7", 0), TC_ACT_OK);
+    assert_eq!(run(&mut b, "10.1.0.5", "10.2.0.7", 0), TC_ACT_OK);
 }
 
 #[test]
 fn the_host_is_encrypted_only_with_node_encryption() {
-    let Some(mut b) = Bpf::start("host") else {
+    let Some(mut b) = start("host") else {
         return;
     };
     b.put("192.0.2.1/32", 1, 0); // this host
     b.put("192.0.2.2/32", 6, 0xFF); // a remote node
     b.put("10.2.0.7/32", POD_ID, 0xFF); // a remote pod
-    assert_eq!(b.run("192.0.2.1", "10.2.0.7", 0), TC_ACT_OK);
-    assert_eq!(b.run("192.0.2.1", "192.0.2.2", 0), TC_ACT_OK);
+    assert_eq!(run(&mut b, "192.0.2.1", "10.2.0.7", 0), TC_ACT_OK);
+    assert_eq!(run(&mut b, "192.0.2.1", "192.0.2.2", 0), TC_ACT_OK);
     b.dp.set_config(DatapathConfig {
         wg_ifindex: WG_IFINDEX,
         flags: CONFIG_NODE_ENCRYPTION,
     })
     .unwrap();
-    assert_eq!(b.run("192.0.2.1", "10.2.0.7", 0), TC_ACT_REDIRECT);
-    assert_eq!(b.run("192.0.2.1", "192.0.2.2", 0), TC_ACT_REDIRECT);
+    assert_eq!(run(&mut b, "192.0.2.1", "10.2.0.7", 0), TC_ACT_REDIRECT);
+    assert_eq!(run(&mut b, "192.0.2.1", "192.0.2.2", 0), TC_ACT_REDIRECT);
     // Traffic from a remote node passing through is not this node's to encrypt.
-    assert_eq!(b.run("192.0.2.2", "10.2.0.7", 0), TC_ACT_OK);
+    assert_eq!(run(&mut b, "192.0.2.2", "10.2.0.7", 0), TC_ACT_OK);
 }
 
 #[test]
 fn the_longest_prefix_decides() {
-    let Some(mut b) = Bpf::start("lpm") else {
+    let Some(mut b) = start("lpm") else {
         return;
     };
     b.put("10.1.0.5/32", POD_ID, 0);
     b.put("10.2.0.0/24", POD_ID + 1, 0xFF);
     b.put("10.2.0.7/32", POD_ID + 2, 0);
-    assert_eq!(b.run("10.1.0.5", "10.2.0.8", 0), TC_ACT_REDIRECT, "the /24");
     assert_eq!(
-        b.run("10.1.0.5", "10.2.0.7", 0),
+        run(&mut b, "10.1.0.5", "10.2.0.8", 0),
+        TC_ACT_REDIRECT,
+        "the /24"
+    );
+    assert_eq!(
+        run(&mut b, "10.1.0.5", "10.2.0.7", 0),
         TC_ACT_OK,
         "the /32 inside it"
     );
@@ -172,18 +128,21 @@ fn the_longest_prefix_decides() {
     let p: Prefix = "10.2.0.7/32".parse().unwrap();
     b.ipcache
         .remove(p, &Owner::new(Source::ClusterMesh, p.to_string()));
-    assert_eq!(b.run("10.1.0.5", "10.2.0.7", 0), TC_ACT_REDIRECT);
+    assert_eq!(run(&mut b, "10.1.0.5", "10.2.0.7", 0), TC_ACT_REDIRECT);
 }
 
 #[test]
 fn ipv6_is_decided_alike() {
-    let Some(mut b) = Bpf::start("ipv6") else {
+    let Some(mut b) = start("ipv6") else {
         return;
     };
     b.put("fd00:1::5/128", POD_ID, 0);
     b.put("fd00:2::/64", POD_ID + 1, 0xFF);
-    assert_eq!(b.run("fd00:1::5", "fd00:2::7", 0), TC_ACT_REDIRECT);
-    assert_eq!(b.run("fd00:1::5", "fd00:2::7", MARK_ENCRYPTED), TC_ACT_OK);
-    assert_eq!(b.run("fd00:1::5", "fd00:3::7", 0), TC_ACT_OK);
-    assert_eq!(b.run("fd00:9::5", "fd00:2::7", 0), TC_ACT_OK);
+    assert_eq!(run(&mut b, "fd00:1::5", "fd00:2::7", 0), TC_ACT_REDIRECT);
+    assert_eq!(
+        run(&mut b, "fd00:1::5", "fd00:2::7", MARK_ENCRYPTED),
+        TC_ACT_OK
+    );
+    assert_eq!(run(&mut b, "fd00:1::5", "fd00:3::7", 0), TC_ACT_OK);
+    assert_eq!(run(&mut b, "fd00:9::5", "fd00:2::7", 0), TC_ACT_OK);
 }

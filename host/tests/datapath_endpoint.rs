@@ -9,10 +9,8 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
-use std::sync::Arc;
-use weft::datapath::{policy_entries, Datapath, MapWriter, FROM_ENDPOINT, TC_ACT_OK, TO_ENDPOINT};
-use weft::ipcache::{Fact, IpCache, Owner, Prefix, Source};
+use support::bpf::Bpf;
+use weft::datapath::{policy_entries, FROM_ENDPOINT, TC_ACT_OK, TO_ENDPOINT};
 use weft::model::Labels;
 
 const TC_ACT_SHOT: u32 = 2;
@@ -23,59 +21,16 @@ const WEB: u32 = 65_800;
 const CLIENT2: u32 = 131_400;
 const DB2: u32 = 131_401;
 
-struct Bpf {
-    root: PathBuf,
-    dp: Datapath,
-    ipcache: IpCache,
-    writer: Arc<MapWriter>,
+fn run(b: &mut Bpf, program: &str, src: (&str, u16), dst: (&str, u16)) -> u32 {
+    let packet = tcp(src.0.parse().unwrap(), src.1, dst.0.parse().unwrap(), dst.1);
+    b.dp.test_run_endpoint(program, &packet, ENDPOINT)
+        .unwrap()
+        .action
 }
 
-impl Bpf {
-    fn start(name: &str) -> Option<Bpf> {
-        if !support::bpf_available(name) {
-            return None;
-        }
-        let root = PathBuf::from(format!(
-            "/sys/fs/bpf/weft-test-{}-{name}",
-            std::process::id()
-        ));
-        Datapath::remove_all(&root);
-        let dp = Datapath::open(&root).expect("the datapath loads");
-        let ipcache = IpCache::default();
-        let writer = MapWriter::start(dp.ipcache_map());
-        ipcache.add_listener(writer.clone());
-        Some(Bpf {
-            root,
-            dp,
-            ipcache,
-            writer,
-        })
-    }
-
-    fn put(&self, ip: &str, identity: u32) {
-        let prefix: Prefix = format!("{ip}/32").parse().unwrap();
-        let fact = Fact {
-            identity: Some(identity),
-            ..Fact::default()
-        };
-        self.ipcache
-            .upsert(prefix, Owner::new(Source::ClusterMesh, ip.to_owned()), fact);
-        self.writer.flush();
-    }
-
-    fn run(&mut self, program: &str, src: (&str, u16), dst: (&str, u16)) -> u32 {
-        let packet = tcp(src.0.parse().unwrap(), src.1, dst.0.parse().unwrap(), dst.1);
-        self.dp
-            .test_run_endpoint(program, &packet, ENDPOINT)
-            .unwrap()
-            .action
-    }
-}
-
-impl Drop for Bpf {
-    fn drop(&mut self) {
-        Datapath::remove_all(&self.root);
-    }
+/// States `ip` (a /32) with `identity`.
+fn put(b: &Bpf, ip: &str, identity: u32) {
+    b.put(&format!("{ip}/32"), identity, 0);
 }
 
 /// An Ethernet frame with an IPv4 header and a TCP header.
@@ -130,41 +85,46 @@ fn ingress_is_admitted_by_identity_and_port() {
     };
     // Not yet known to this generation: not judged.
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.8", 40000), ("10.1.0.5", 80)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.8", 40000), ("10.1.0.5", 80)),
         TC_ACT_OK
     );
-    b.put("10.1.0.5", WEB);
-    b.put("10.2.0.7", CLIENT2);
-    b.put("10.2.0.8", DB2);
+    put(&b, "10.1.0.5", WEB);
+    put(&b, "10.2.0.7", CLIENT2);
+    put(&b, "10.2.0.8", DB2);
     install_web_policy(&mut b);
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.7", 40000), ("10.1.0.5", 80)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.7", 40000), ("10.1.0.5", 80)),
         TC_ACT_OK,
         "client2 on 80"
     );
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.7", 40000), ("10.1.0.5", 81)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.7", 40000), ("10.1.0.5", 81)),
         TC_ACT_SHOT,
         "another port"
     );
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.8", 40000), ("10.1.0.5", 80)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.8", 40000), ("10.1.0.5", 80)),
         TC_ACT_SHOT,
         "db2 is not a client"
     );
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.9.9.9", 40000), ("10.1.0.5", 80)),
+        run(&mut b, TO_ENDPOINT, ("10.9.9.9", 40000), ("10.1.0.5", 80)),
         TC_ACT_SHOT,
         "world"
     );
     // Egress is not enforced.
     assert_eq!(
-        b.run(FROM_ENDPOINT, ("10.1.0.5", 41000), ("10.9.9.9", 443)),
+        run(
+            &mut b,
+            FROM_ENDPOINT,
+            ("10.1.0.5", 41000),
+            ("10.9.9.9", 443)
+        ),
         TC_ACT_OK
     );
     b.dp.remove_endpoint(ENDPOINT);
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.8", 40000), ("10.1.0.5", 80)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.8", 40000), ("10.1.0.5", 80)),
         TC_ACT_OK,
         "forgotten"
     );
@@ -175,26 +135,31 @@ fn replies_to_allowed_flows_pass_and_nothing_else_does() {
     let Some(mut b) = Bpf::start("ep-ct") else {
         return;
     };
-    b.put("10.1.0.5", WEB);
-    b.put("10.2.0.8", DB2);
+    put(&b, "10.1.0.5", WEB);
+    put(&b, "10.2.0.8", DB2);
     install_web_policy(&mut b);
     // The control: db2 cannot reach web's port 41000 on its own.
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.8", 5432), ("10.1.0.5", 41000)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.8", 5432), ("10.1.0.5", 41000)),
         TC_ACT_SHOT
     );
     // Web connects to db2 (egress is open), and db2's replies come back in.
     assert_eq!(
-        b.run(FROM_ENDPOINT, ("10.1.0.5", 41000), ("10.2.0.8", 5432)),
+        run(
+            &mut b,
+            FROM_ENDPOINT,
+            ("10.1.0.5", 41000),
+            ("10.2.0.8", 5432)
+        ),
         TC_ACT_OK
     );
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.8", 5432), ("10.1.0.5", 41000)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.8", 5432), ("10.1.0.5", 41000)),
         TC_ACT_OK,
         "a reply"
     );
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.8", 5433), ("10.1.0.5", 41000)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.8", 5433), ("10.1.0.5", 41000)),
         TC_ACT_SHOT,
         "another flow"
     );
@@ -205,16 +170,16 @@ fn a_remote_pod_is_dropped_until_its_entry_arrives() {
     let Some(mut b) = Bpf::start("ep-arrival") else {
         return;
     };
-    b.put("10.1.0.5", WEB);
+    put(&b, "10.1.0.5", WEB);
     install_web_policy(&mut b);
     // cluster2's client, before its ipcache entry is in: it counts as world.
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.7", 40000), ("10.1.0.5", 80)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.7", 40000), ("10.1.0.5", 80)),
         TC_ACT_SHOT
     );
-    b.put("10.2.0.7", CLIENT2);
+    put(&b, "10.2.0.7", CLIENT2);
     assert_eq!(
-        b.run(TO_ENDPOINT, ("10.2.0.7", 40000), ("10.1.0.5", 80)),
+        run(&mut b, TO_ENDPOINT, ("10.2.0.7", 40000), ("10.1.0.5", 80)),
         TC_ACT_OK
     );
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod agent;
+pub mod bpf;
 mod etcd;
 mod mesh;
 pub mod netns;
