@@ -179,7 +179,8 @@ static __always_inline int weft_judge(struct __sk_buff *skb, __u8 direction, __u
 		if (!weft_policy_allows(endpoint, peer, f.ct.dport, f.ct.protocol, direction))
 			return TC_ACT_SHOT;
 	}
-	if (ep->flags & other_flag)
+	/* A lookup costs less than an update: a known flow is not written again. */
+	if ((ep->flags & other_flag) && !bpf_map_lookup_elem(&weft_ct, &f.ct))
 		bpf_map_update_elem(&weft_ct, &f.ct, &one, BPF_ANY);
 	return TC_ACT_OK;
 }

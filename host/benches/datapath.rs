@@ -257,4 +257,80 @@ fn run(root: &std::path::Path) {
         r.duration.as_secs_f64() / base.as_secs_f64(),
     );
     println!("(first empty run: {} ns)", empty_run.as_nanos());
+
+    // The endpoint programs, for an endpoint named by the loopback's ifindex (the test
+    // run needs a device of this namespace) at 192.168.0.5, ingress enforced: UDP
+    // 12345 admitted from 10.0.0.4's identity only.
+    let before = v4("10.0.0.4", "192.168.0.5");
+    let unjudged = dp
+        .test_run_endpoint(weft::datapath::TO_ENDPOINT, &before, 1, REPEAT)
+        .unwrap();
+    let policy = weft::policy::EndpointPolicy {
+        ingress_enforced: true,
+        ingress: [weft::policy::Allow {
+            identity: POD_ID + 4,
+            protocol: 17,
+            first: 12345,
+            last: 12345,
+        }]
+        .into(),
+        ..Default::default()
+    };
+    let (info, keys) = weft::datapath::policy_entries(1, POD_ID, &policy).unwrap();
+    dp.set_endpoint(1, info, &keys).unwrap();
+    // The reply path: the endpoint's own flow out first (it is remembered), then its
+    // answer in.
+    let out = v4("192.168.0.5", "10.0.0.6");
+    let r = dp
+        .test_run_endpoint(weft::datapath::FROM_ENDPOINT, &out, 1, 1)
+        .unwrap();
+    assert_eq!(r.action, 0);
+    let endpoint_paths: [(&str, &str, Vec<u8>, u32); 4] = [
+        (
+            "from endpoint, egress open (flow remembered) → pass",
+            weft::datapath::FROM_ENDPOINT,
+            out.clone(),
+            0,
+        ),
+        (
+            "to endpoint, admitted identity and port → pass",
+            weft::datapath::TO_ENDPOINT,
+            v4("10.0.0.4", "192.168.0.5"),
+            0,
+        ),
+        (
+            "to endpoint, reply of its own flow → pass",
+            weft::datapath::TO_ENDPOINT,
+            v4("10.0.0.6", "192.168.0.5"),
+            0,
+        ),
+        (
+            "to endpoint, not admitted → drop",
+            weft::datapath::TO_ENDPOINT,
+            v4("10.0.0.5", "192.168.0.5"),
+            2,
+        ),
+    ];
+    println!("endpoint programs ({REPEAT} runs each):");
+    println!("| path | ns / packet | empty classifier | ratio | target |");
+    println!("|---|---|---|---|---|");
+    let base = test_run(empty, &before, 0, REPEAT).unwrap().duration;
+    println!(
+        "| endpoint without policy → pass | {} | {} | {:.2}× | — |",
+        unjudged.duration.as_nanos(),
+        base.as_nanos(),
+        unjudged.duration.as_secs_f64() / base.as_secs_f64(),
+    );
+    for (name, program, packet, action) in &endpoint_paths {
+        let r = dp.test_run_endpoint(program, packet, 1, REPEAT).unwrap();
+        assert_eq!(r.action, *action, "{name}");
+        let base = test_run(empty, packet, 0, REPEAT).unwrap().duration;
+        println!(
+            "| {name} | {} | {} | {:.2}× | — |",
+            r.duration.as_nanos(),
+            base.as_nanos(),
+            r.duration.as_secs_f64() / base.as_secs_f64(),
+        );
+    }
+    dp.remove_endpoint(1);
 }

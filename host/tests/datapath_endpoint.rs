@@ -23,7 +23,7 @@ const DB2: u32 = 131_401;
 
 fn run(b: &mut Bpf, program: &str, src: (&str, u16), dst: (&str, u16)) -> u32 {
     let packet = tcp(src.0.parse().unwrap(), src.1, dst.0.parse().unwrap(), dst.1);
-    b.dp.test_run_endpoint(program, &packet, ENDPOINT)
+    b.dp.test_run_endpoint(program, &packet, ENDPOINT, 1)
         .unwrap()
         .action
 }

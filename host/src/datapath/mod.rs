@@ -316,7 +316,7 @@ impl Datapath {
 
     /// Runs the current generation's endpoint program `program` ([`FROM_ENDPOINT`] or
     /// [`TO_ENDPOINT`]) on `packet`, as seen on the host side with ifindex `ifindex`
-    /// (a device of this namespace: 1, the loopback, in tests).
+    /// (a device of this namespace: 1, the loopback, in tests), `repeat` times.
     ///
     /// # Errors
     /// [`Error::Load`] when the program does not load or the kernel refuses the run.
@@ -325,6 +325,7 @@ impl Datapath {
         program: &str,
         packet: &[u8],
         ifindex: u32,
+        repeat: u32,
     ) -> Result<TestRun, Error> {
         let p: &mut SchedClassifier = self
             .current
@@ -337,7 +338,7 @@ impl Datapath {
             p.load()
                 .map_err(|e| Error::Load(format!("{program}: {e:#}")))?;
         }
-        test_run_on(p, packet, 0, ifindex, 1)
+        test_run_on(p, packet, 0, ifindex, repeat)
     }
 
     /// Detaches `endpoint`: its link is unpinned and closed.
