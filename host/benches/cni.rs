@@ -12,24 +12,14 @@
 mod support;
 
 use serde_json::json;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 use support::agent::Agent;
 use support::netns::Netns;
 use support::Etcd;
 
 const PODS: usize = 100;
-
-fn weft_cni() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "weft-cni"])
-        .status()
-        .unwrap();
-    assert!(status.success(), "cargo build --release -p weft-cni");
-    Path::new(env!("CARGO_BIN_EXE_weftd")).with_file_name("weft-cni")
-}
 
 fn ip(args: &[&str]) {
     let ok = Command::new("ip").args(args).status().unwrap().success();
@@ -93,41 +83,26 @@ fn by_hand(node: &str, i: usize) -> (Duration, String) {
 }
 
 /// `ip netns add`, then `weft-cni` ADD as a runtime runs it.
-fn cni_add(cni: &Path, conf: &str, i: usize) -> (Duration, String) {
+fn cni_add(conf: &str, i: usize) -> (Duration, String) {
     let pod = format!("weft-bench-cni-{i}-{}", std::process::id());
     let start = Instant::now();
     ip(&["netns", "add", &pod]);
-    let out = run_cni(cni, conf, "ADD", i, Some(&pod));
+    let out = run_cni(conf, "ADD", i, Some(&pod));
     let took = start.elapsed();
     assert!(out.contains("\"ips\""), "ADD {i}: {out}");
     (took, pod)
 }
 
-fn run_cni(cni: &Path, conf: &str, command: &str, i: usize, pod: Option<&str>) -> String {
-    let mut cmd = Command::new(cni);
-    cmd.env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", format!("bench-{i}"))
-        .env("CNI_IFNAME", "eth0")
-        .env(
-            "CNI_ARGS",
-            format!("K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-{i}"),
-        );
-    if let Some(pod) = pod {
-        cmd.env("CNI_NETNS", format!("/run/netns/{pod}"));
-    }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.as_bytes())
-        .unwrap();
-    String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout).into_owned()
+fn run_cni(conf: &str, command: &str, i: usize, pod: Option<&str>) -> String {
+    let netns = pod.map(|p| PathBuf::from(format!("/run/netns/{p}")));
+    support::cni::run(
+        command,
+        &format!("bench-{i}"),
+        "bench",
+        netns.as_deref(),
+        conf,
+    )
+    .0
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -143,7 +118,6 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let cni = weft_cni();
     let etcd = Etcd::start().await;
     let node = Netns::new("weft-bench-node");
     let agent = Agent::start_with(
@@ -164,9 +138,7 @@ async fn main() {
     })
     .to_string();
     support::eventually("weftd answers STATUS", Duration::from_secs(30), || {
-        run_cni(&cni, &conf, "STATUS", 0, None)
-            .is_empty()
-            .then_some(())
+        run_cni(&conf, "STATUS", 0, None).is_empty().then_some(())
     })
     .await;
 
@@ -175,12 +147,12 @@ async fn main() {
         let (t, pod) = by_hand(&node.name, i);
         hands.push(t);
         namespaces.push(pod);
-        let (t, pod) = cni_add(&cni, &conf, i);
+        let (t, pod) = cni_add(&conf, i);
         adds.push(t);
         namespaces.push(pod);
     }
     for i in 0..PODS {
-        run_cni(&cni, &conf, "DEL", i, None);
+        run_cni(&conf, "DEL", i, None);
     }
     for ns in &namespaces {
         let _ = Command::new("ip").args(["netns", "del", ns]).status();

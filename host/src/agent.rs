@@ -345,6 +345,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     },
                 )),
             )?);
+            if let Some(dp) = &node_datapath {
+                let switch = Arc::new(EndpointSwitch {
+                    node: dp.clone(),
+                    state: state.clone(),
+                    policies: policies.clone(),
+                });
+                manager.set_datapath(switch.clone());
+                tasks.spawn(switch.follow(manager.clone()));
+            }
             let m = manager.clone();
             tasks.spawn(async move {
                 let restored = m.restore().await;
@@ -629,4 +638,97 @@ fn endpoint_regeneration(
             wait_for_regeneration(&mesh, &plugins, config, endpoint, reason).await
         })
     })
+}
+
+/// Switches workload endpoints to the node's datapath with their policy computed from
+/// the policies and the identities known at that moment, and keeps that policy current.
+struct EndpointSwitch {
+    node: NodeDatapath,
+    state: Arc<State>,
+    policies: watch::Receiver<Arc<PolicySet>>,
+}
+
+/// An endpoint's datapath entries: its host side's ifindex and name, its info and its
+/// allowed flows.
+type EndpointEntries = (
+    u32,
+    String,
+    crate::datapath::EndpointInfo,
+    std::collections::BTreeSet<crate::datapath::PolicyKey>,
+);
+
+impl EndpointSwitch {
+    fn entries(&self, r: &crate::endpoint::store::Record) -> Result<EndpointEntries, String> {
+        let a = r
+            .attachment
+            .as_ref()
+            .ok_or("the endpoint has no interfaces")?;
+        let labels: crate::model::Labels = r.labels.parse()?;
+        let identities = self.state.identities.lock().expect("identities lock").all();
+        let set = self.policies.borrow().clone();
+        let policy = crate::policy::compute(&set.policies, &labels, &identities);
+        let (info, keys) = crate::datapath::policy_entries(
+            a.host_ifindex,
+            r.identity.unwrap_or_default(),
+            &policy,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok((a.host_ifindex, a.host_ifname.clone(), info, keys))
+    }
+
+    /// Rewrites every ready endpoint's policy whose entries changed: when the policies
+    /// change, and every second for identities that arrived or left.
+    async fn follow(self: Arc<Self>, manager: Arc<EndpointManager>) {
+        let mut policies = self.policies.clone();
+        let mut written: std::collections::HashMap<String, EndpointEntries> = Default::default();
+        loop {
+            for r in manager
+                .list()
+                .into_iter()
+                .filter(|r| r.phase == Phase::Ready)
+            {
+                let Ok(entries) = self.entries(&r) else {
+                    continue;
+                };
+                if written.get(&r.key) == Some(&entries) {
+                    continue;
+                }
+                let (ifindex, _, info, keys) = entries.clone();
+                let node = self.node.clone();
+                let done =
+                    tokio::task::spawn_blocking(move || node.update_endpoint(ifindex, info, &keys))
+                        .await;
+                match done {
+                    Ok(Ok(())) => {
+                        written.insert(r.key, entries);
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(endpoint = r.key, error = %e, "endpoint policy not written")
+                    }
+                    Err(e) => {
+                        tracing::warn!(endpoint = r.key, error = %e, "endpoint policy task failed")
+                    }
+                }
+            }
+            tokio::select! {
+                changed = policies.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+}
+
+impl crate::endpoint::regeneration::EndpointDatapath for EndpointSwitch {
+    fn switch(&self, record: &crate::endpoint::store::Record) -> Result<(), String> {
+        let (ifindex, name, info, keys) = self.entries(record)?;
+        self.node
+            .switch_endpoint(&name, ifindex, info, &keys)
+            .map_err(|e| e.to_string())
+    }
+
+    fn remove(&self, record: &crate::endpoint::store::Record) {
+        if let Some(a) = &record.attachment {
+            self.node.remove_endpoint(&a.host_ifname, a.host_ifindex);
+        }
+    }
 }

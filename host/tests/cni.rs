@@ -8,63 +8,22 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Once;
+use std::path::Path;
 use std::time::Duration;
 use support::agent::Agent;
 use support::netns::Netns;
 use support::{eventually, Etcd};
 
-/// The `weft-cni` executable, built once per test binary beside `weftd`.
-fn weft_cni() -> PathBuf {
-    static BUILD: Once = Once::new();
-    BUILD.call_once(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "weft-cni"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "cargo build -p weft-cni");
-    });
-    Path::new(env!("CARGO_BIN_EXE_weftd")).with_file_name("weft-cni")
-}
-
-/// Runs `weft-cni` with the `CNI_*` variables and `conf` on stdin: stdout as JSON
-/// (null when empty) and the exit status.
+/// Runs `weft-cni` for pod `shop/<pod>` with `conf` on stdin: stdout as JSON (null
+/// when empty) and the exit status.
 fn cni(command: &str, pod: &str, netns: Option<&Path>, conf: &Value) -> (Value, i32) {
-    let mut cmd = Command::new(weft_cni());
-    cmd.env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", pod)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/opt/cni/bin")
-        .env(
-            "CNI_ARGS",
-            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME={pod}"),
-        );
-    if let Some(n) = netns {
-        cmd.env("CNI_NETNS", n);
-    }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (text, status) = support::cni::run(command, pod, "shop", netns, &conf.to_string());
     let value = if text.is_empty() {
         Value::Null
     } else {
         serde_json::from_str(&text).unwrap()
     };
-    (value, out.status.code().unwrap())
+    (value, status)
 }
 
 fn conf(agent: &Agent) -> Value {
@@ -448,17 +407,6 @@ async fn a_regeneration_that_times_out_says_so_once_and_a_restart_regenerates_ag
     .await;
 }
 
-const WEB_POLICY: &str = "
-apiVersion: cilium.io/v2
-kind: CiliumNetworkPolicy
-metadata: {name: web-from-clients, namespace: shop}
-spec:
-  endpointSelector: {matchLabels: {app: web}}
-  ingress:
-  - fromEndpoints: [{matchLabels: {app: client}}]
-    toPorts: [{ports: [{port: '80', protocol: TCP}]}]
-";
-
 fn policy_of(agent: &Agent, key: &str) -> Option<Value> {
     let listed = agent.json(&["endpoint", "list"])?;
     let e = listed.as_array()?.iter().find(|e| e["key"] == key)?;
@@ -474,7 +422,11 @@ async fn policies_are_followed_and_admit_identities_as_they_arrive() {
         Netns::new("weft-cni-pol-client"),
     );
     let policies = tempfile::tempdir().unwrap();
-    std::fs::write(policies.path().join("web.yaml"), WEB_POLICY).unwrap();
+    std::fs::write(
+        policies.path().join("web.yaml"),
+        support::cni::WEB_FROM_CLIENTS,
+    )
+    .unwrap();
     let node_path = node.path();
     let mut f = flags(&node_path).to_vec();
     f.extend::<[&std::ffi::OsStr; 2]>(["--policy-dir".as_ref(), policies.path().as_os_str()]);

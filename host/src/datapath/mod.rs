@@ -244,12 +244,46 @@ impl Datapath {
     /// # Errors
     /// [`Error::Endpoint`] or [`Error::Netns`].
     pub fn switch(&mut self, endpoint: &Endpoint) -> Result<(), Error> {
+        self.switch_program(endpoint, TO_NETDEV, TcAttachType::Egress)
+    }
+
+    /// [`Self::switch`] for the current generation's program `name`, attached on
+    /// `attach` (the endpoint programs: [`FROM_ENDPOINT`] on ingress, [`TO_ENDPOINT`]
+    /// on egress of an endpoint's host side). The program is loaded and pinned in its
+    /// generation on first use.
+    ///
+    /// # Errors
+    /// [`Error::Endpoint`], [`Error::Load`] or [`Error::Netns`].
+    pub fn switch_program(
+        &mut self,
+        endpoint: &Endpoint,
+        name: &str,
+        attach: TcAttachType,
+    ) -> Result<(), Error> {
         let bad = |reason: String| Error::Endpoint {
             endpoint: endpoint.name.clone(),
             reason,
         };
         let path = self.link_path(&endpoint.name);
-        let program = to_netdev(&mut self.current.ebpf)?;
+        let pin = self
+            .root
+            .join(format!("gen-{}", self.current.id))
+            .join(name);
+        let program: &mut SchedClassifier = self
+            .current
+            .ebpf
+            .program_mut(name)
+            .ok_or_else(|| Error::Load(format!("no program {name}")))?
+            .try_into()
+            .map_err(|e| Error::Load(format!("{name}: {e}")))?;
+        if program.fd().is_err() {
+            program
+                .load()
+                .map_err(|e| Error::Load(format!("{name}: {e:#}")))?;
+            program
+                .pin(&pin)
+                .map_err(|e| Error::Load(format!("pinning {name}: {e}")))?;
+        }
         match PinnedLink::from_pin(&path) {
             Ok(pinned) => {
                 let link = SchedClassifierLink::try_from(FdLink::from(pinned))
@@ -263,7 +297,7 @@ impl Datapath {
             Err(_) => {
                 let device = endpoint.device.clone();
                 let id = in_netns(endpoint.netns.as_deref(), || {
-                    program.attach(&device, TcAttachType::Egress)
+                    program.attach(&device, attach)
                 })?
                 .map_err(|e| bad(format!("attach to {device}: {e:#}")))?;
                 let link = program.take_link(id).map_err(|e| bad(e.to_string()))?;
@@ -366,9 +400,17 @@ impl Datapath {
             .iter()
             .filter_map(|p| link_program(p))
             .collect();
+        let used: std::collections::BTreeSet<u64> = program_generations(&self.root)
+            .into_iter()
+            .filter(|(_, program)| in_use.contains(program))
+            .map(|(id, _)| id)
+            .collect();
         let mut released = Vec::new();
-        for (id, program) in program_generations(&self.root) {
-            if id != self.current.id && !in_use.contains(&program) {
+        for id in generations(&self.root).into_keys() {
+            if id != self.current.id
+                && !used.contains(&id)
+                && self.root.join(format!("gen-{id}")).join(TO_NETDEV).exists()
+            {
                 let _ = std::fs::remove_dir_all(self.root.join(format!("gen-{id}")));
                 tracing::info!(generation = id, "datapath generation released");
                 released.push(id);
@@ -512,13 +554,17 @@ fn generations(root: &Path) -> BTreeMap<u64, PathBuf> {
         .collect()
 }
 
-/// Each generation's program ID, from its pinned program.
+/// Each generation's program IDs, from its pinned programs.
 fn program_generations(root: &Path) -> Vec<(u64, u32)> {
     generations(root)
         .into_iter()
-        .filter_map(|(id, dir)| {
-            let p = SchedClassifier::from_pin(dir.join(TO_NETDEV)).ok()?;
-            Some((id, p.info().ok()?.id()))
+        .flat_map(|(id, dir)| {
+            [TO_NETDEV, FROM_ENDPOINT, TO_ENDPOINT]
+                .into_iter()
+                .filter_map(move |name| {
+                    let p = SchedClassifier::from_pin(dir.join(name)).ok()?;
+                    Some((id, p.info().ok()?.id()))
+                })
         })
         .collect()
 }

@@ -1,9 +1,14 @@
 //! The node's datapath as the agent runs it: a new generation filled from the ipcache
 //! at start, and the native device switched to it when the agent says so.
 
-use super::{in_netns, Datapath, DatapathConfig, Endpoint, Error, MapWriter, WriterStats};
+use super::{
+    in_netns, Datapath, DatapathConfig, Endpoint, EndpointInfo, Error, MapWriter, PolicyKey,
+    WriterStats, FROM_ENDPOINT, TO_ENDPOINT,
+};
 use crate::ipcache::IpCache;
+use aya::programs::TcAttachType;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -120,6 +125,67 @@ impl NodeDatapath {
             .lock()
             .expect("datapath lock")
             .switch(&self.native)
+    }
+
+    /// Switches a workload endpoint (its host side `host_ifname`, with `ifindex`, in
+    /// the datapath's namespace) to this generation: its policy written first, then
+    /// both its programs attached or updated. Blocking.
+    ///
+    /// # Errors
+    /// [`Error`] when a write or an attach fails.
+    pub fn switch_endpoint(
+        &self,
+        host_ifname: &str,
+        ifindex: u32,
+        info: EndpointInfo,
+        keys: &BTreeSet<PolicyKey>,
+    ) -> Result<(), Error> {
+        self.writer.flush();
+        let mut dp = self.datapath.lock().expect("datapath lock");
+        dp.set_endpoint(ifindex, info, keys)?;
+        dp.switch_program(
+            &self.endpoint_link(host_ifname, "from"),
+            FROM_ENDPOINT,
+            TcAttachType::Ingress,
+        )?;
+        dp.switch_program(
+            &self.endpoint_link(host_ifname, "to"),
+            TO_ENDPOINT,
+            TcAttachType::Egress,
+        )
+    }
+
+    /// Rewrites a switched endpoint's policy (identities or policies changed).
+    ///
+    /// # Errors
+    /// [`Error::Map`] when a write fails.
+    pub fn update_endpoint(
+        &self,
+        ifindex: u32,
+        info: EndpointInfo,
+        keys: &BTreeSet<PolicyKey>,
+    ) -> Result<(), Error> {
+        self.datapath
+            .lock()
+            .expect("datapath lock")
+            .set_endpoint(ifindex, info, keys)
+    }
+
+    /// Detaches a workload endpoint's programs and forgets its policy.
+    pub fn remove_endpoint(&self, host_ifname: &str, ifindex: u32) {
+        let mut dp = self.datapath.lock().expect("datapath lock");
+        for side in ["from", "to"] {
+            let _ = dp.detach(&self.endpoint_link(host_ifname, side).name);
+        }
+        dp.remove_endpoint(ifindex);
+    }
+
+    fn endpoint_link(&self, host_ifname: &str, side: &str) -> Endpoint {
+        Endpoint {
+            name: format!("{host_ifname}-{side}"),
+            netns: self.native.netns.clone(),
+            device: host_ifname.to_owned(),
+        }
     }
 
     /// The datapath's status.

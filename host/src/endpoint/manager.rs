@@ -7,7 +7,7 @@
 
 use super::ipam::Ipam;
 use super::link::{self, Plan};
-use super::regeneration::{self, Regenerate, Regeneration};
+use super::regeneration::{self, EndpointDatapath, Regenerate, Regeneration};
 use super::store::{Phase, Record, Store};
 use crate::identity::GlobalAllocator;
 use crate::model::{IpIdentityPair, Label, Labels};
@@ -75,6 +75,8 @@ pub struct EndpointManager {
     ops: tokio::sync::Mutex<()>,
     /// How an endpoint waits at its regeneration; `None` regenerates at once.
     regenerate: Option<Regenerate>,
+    /// Where endpoints are switched once their wait is over; `None`: no datapath.
+    datapath: std::sync::OnceLock<Arc<dyn EndpointDatapath>>,
     /// Regenerations under way, by endpoint.
     waits: std::sync::Mutex<BTreeMap<String, (tokio::task::AbortHandle, Regeneration)>>,
 }
@@ -110,8 +112,14 @@ impl EndpointManager {
             keys,
             ops: tokio::sync::Mutex::new(()),
             regenerate,
+            datapath: std::sync::OnceLock::new(),
             waits: Default::default(),
         })
+    }
+
+    /// Switches endpoints to `datapath` at the end of their regeneration from now on.
+    pub fn set_datapath(&self, datapath: Arc<dyn EndpointDatapath>) {
+        let _ = self.datapath.set(datapath);
     }
 
     /// The endpoints, as recorded, with the regenerations under way.
@@ -159,10 +167,20 @@ impl EndpointManager {
                     "endpoint regenerates without full remote state: its cross-cluster connections may be disrupted"
                 );
             }
-            let ended = w.ended(&outcome, started);
+            let mut ended = w.ended(&outcome, started);
             let _op = me.ops.lock().await;
             me.waits.lock().expect("waits lock").remove(&k);
             if let Ok(Some(mut r)) = me.store.get(&k) {
+                if let Some(dp) = me.datapath.get().cloned() {
+                    let record = r.clone();
+                    let switched = tokio::task::spawn_blocking(move || dp.switch(&record))
+                        .await
+                        .unwrap_or_else(|e| Err(e.to_string()));
+                    if let Err(e) = switched {
+                        tracing::warn!(endpoint = k, error = %e, "endpoint not switched to the new datapath");
+                        ended.result = format!("{}; not switched: {e}", ended.result);
+                    }
+                }
                 r.regeneration = Some(ended);
                 if let Err(e) = me.store.put(&r) {
                     tracing::warn!(endpoint = k, error = %e, "cannot record the regeneration");
@@ -390,6 +408,10 @@ impl EndpointManager {
     /// Undoes every part of endpoint `key` that may exist, the record last.
     async fn undo(&self, key: &str, record: Option<&Record>) -> Result<(), Failure> {
         self.stop_regeneration(key);
+        if let (Some(dp), Some(r)) = (self.datapath.get().cloned(), record) {
+            let r = r.clone();
+            let _ = tokio::task::spawn_blocking(move || dp.remove(&r)).await;
+        }
         if let Some(r) = record {
             if r.identity.is_some() {
                 if let Ok(labels) = r.labels.parse::<Labels>() {

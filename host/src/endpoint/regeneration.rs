@@ -17,6 +17,18 @@ use std::time::{Instant, SystemTime};
 pub type Regenerate =
     Arc<dyn Fn(Endpoint, RegenerationReason) -> BoxFuture<'static, WaitOutcome> + Send + Sync>;
 
+/// Switches an endpoint to the datapath the agent built, with its policy: what a
+/// regeneration does once its wait is over. Blocking (netlink, BPF).
+pub trait EndpointDatapath: Send + Sync {
+    /// Writes the endpoint's policy and attaches (or updates) its programs.
+    ///
+    /// # Errors
+    /// What failed, in words.
+    fn switch(&self, record: &super::store::Record) -> Result<(), String>;
+    /// Detaches the endpoint's programs and forgets its policy.
+    fn remove(&self, record: &super::store::Record);
+}
+
 /// The last regeneration of an endpoint, as `weftd endpoint list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Regeneration {

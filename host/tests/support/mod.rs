@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod bpf;
+pub mod cni;
 mod etcd;
 mod mesh;
 pub mod netns;

@@ -1,0 +1,112 @@
+//! Pods made through `weft-cni` on a node whose agent runs the BPF datapath and a
+//! policy directory: once an endpoint's regeneration is over, its programs are attached
+//! on its host side and its policy is enforced on real TCP: the client reaches the
+//! port the policy admits, not another; the control run, the policy removed, reaches
+//! both, so the drop was the policy's. Needs root and BPF.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+use support::agent::Agent;
+use support::netns::Netns;
+use support::{eventually, Etcd};
+
+fn add(agent: &Agent, pod: &str, netns: &Netns, app: &str) -> Value {
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
+        "socket": agent.state.path().join("weftd.sock"),
+        "runtimeConfig": {"labels": {"app": app}},
+    });
+    let (out, status) =
+        support::cni::run("ADD", pod, "shop", Some(&netns.path()), &conf.to_string());
+    assert_eq!(status, 0, "{out}");
+    serde_json::from_str(&out).unwrap()
+}
+
+/// Whether a TCP connection from `from` to `addr` is accepted within a second.
+fn connects(from: &Netns, addr: SocketAddr) -> bool {
+    from.run(move || TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok())
+}
+
+#[tokio::test]
+async fn an_endpoints_policy_is_enforced_on_its_packets_once_it_is_switched() {
+    if !support::bpf_available("endpoint-datapath") {
+        return;
+    }
+    let etcd = Etcd::start().await;
+    let (node, _peer) = support::netns::joined_pair("epdp");
+    node.run(|| std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").unwrap());
+    let (web, client) = (Netns::new("weft-epdp-web"), Netns::new("weft-epdp-client"));
+    let policies = tempfile::tempdir().unwrap();
+    std::fs::write(
+        policies.path().join("web.yaml"),
+        support::cni::WEB_FROM_CLIENTS,
+    )
+    .unwrap();
+    let root = PathBuf::from(format!("/sys/fs/bpf/weft-test-{}-epdp", std::process::id()));
+    weft::datapath::Datapath::remove_all(&root);
+    let flags: Vec<std::ffi::OsString> = ["--native-device", "weftv0", "--datapath-netns"]
+        .iter()
+        .map(Into::into)
+        .chain([
+            node.path().into(),
+            "--bpf-root".into(),
+            root.clone().into(),
+            "--pod-cidr".into(),
+            "10.77.0.0/24".into(),
+            "--policy-dir".into(),
+            policies.path().into(),
+        ])
+        .collect();
+    let flags: Vec<&std::ffi::OsStr> = flags.iter().map(|f| f.as_os_str()).collect();
+    let agent = Agent::start_with("cluster1", 1, &etcd, &flags);
+    eventually("weftd answers", Duration::from_secs(20), || {
+        agent.status_json()
+    })
+    .await;
+
+    let web_ip = add(&agent, "web", &web, "web")["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches("/32")
+        .to_owned();
+    add(&agent, "client", &client, "client");
+    for key in ["web/eth0", "client/eth0"] {
+        let regeneration = eventually("the endpoint is switched", Duration::from_secs(20), || {
+            let listed = agent.json(&["endpoint", "list"])?;
+            let r = listed.as_array()?.iter().find(|e| e["key"] == key)?["regeneration"].clone();
+            r["result"]
+                .as_str()
+                .filter(|s| *s != "waiting")
+                .map(str::to_owned)
+        })
+        .await;
+        assert!(
+            !regeneration.contains("not switched"),
+            "{key}: {regeneration}"
+        );
+    }
+    let _l80 = web.run(|| TcpListener::bind("0.0.0.0:80").unwrap());
+    let _l81 = web.run(|| TcpListener::bind("0.0.0.0:81").unwrap());
+    let at = |port: u16| SocketAddr::new(web_ip.parse().unwrap(), port);
+    // The client's identity arrives through etcd; the policy is refreshed with it.
+    eventually("the client reaches web:80", Duration::from_secs(20), || {
+        connects(&client, at(80)).then_some(())
+    })
+    .await;
+    assert!(!connects(&client, at(81)), "web:81 is not admitted");
+
+    // The control: without the policy, 81 is reached too.
+    std::fs::remove_file(policies.path().join("web.yaml")).unwrap();
+    eventually(
+        "without the policy, web:81 is reached",
+        Duration::from_secs(20),
+        || connects(&client, at(81)).then_some(()),
+    )
+    .await;
+    drop(agent);
+    weft::datapath::Datapath::remove_all(&root);
+}
