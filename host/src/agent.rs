@@ -14,6 +14,7 @@ use crate::policy::PolicySet;
 use crate::regeneration::{self, wait_for_regeneration, RegenerationConfig};
 use crate::state::{run_local_kvstore, State};
 use crate::wireguard::{self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -658,15 +659,23 @@ type EndpointEntries = (
 );
 
 impl EndpointSwitch {
-    fn entries(&self, r: &crate::endpoint::store::Record) -> Result<EndpointEntries, String> {
+    /// The identities and policies as they are now: read once for many endpoints.
+    fn inputs(&self) -> (BTreeMap<u32, crate::model::Labels>, Arc<PolicySet>) {
+        let identities = self.state.identities.lock().expect("identities lock").all();
+        (identities, self.policies.borrow().clone())
+    }
+
+    fn entries(
+        r: &crate::endpoint::store::Record,
+        identities: &BTreeMap<u32, crate::model::Labels>,
+        set: &PolicySet,
+    ) -> Result<EndpointEntries, String> {
         let a = r
             .attachment
             .as_ref()
             .ok_or("the endpoint has no interfaces")?;
         let labels: crate::model::Labels = r.labels.parse()?;
-        let identities = self.state.identities.lock().expect("identities lock").all();
-        let set = self.policies.borrow().clone();
-        let policy = crate::policy::compute(&set.policies, &labels, &identities);
+        let policy = crate::policy::compute(&set.policies, &labels, identities);
         let (info, keys) = crate::datapath::policy_entries(
             a.host_ifindex,
             r.identity.unwrap_or_default(),
@@ -682,12 +691,13 @@ impl EndpointSwitch {
         let mut policies = self.policies.clone();
         let mut written: std::collections::HashMap<String, EndpointEntries> = Default::default();
         loop {
+            let (identities, set) = self.inputs();
             for r in manager
                 .list()
                 .into_iter()
                 .filter(|r| r.phase == Phase::Ready)
             {
-                let Ok(entries) = self.entries(&r) else {
+                let Ok(entries) = Self::entries(&r, &identities, &set) else {
                     continue;
                 };
                 if written.get(&r.key) == Some(&entries) {
@@ -720,7 +730,8 @@ impl EndpointSwitch {
 
 impl crate::endpoint::regeneration::EndpointDatapath for EndpointSwitch {
     fn switch(&self, record: &crate::endpoint::store::Record) -> Result<(), String> {
-        let (ifindex, name, info, keys) = self.entries(record)?;
+        let (identities, set) = self.inputs();
+        let (ifindex, name, info, keys) = Self::entries(record, &identities, &set)?;
         self.node
             .switch_endpoint(&name, ifindex, info, &keys)
             .map_err(|e| e.to_string())
