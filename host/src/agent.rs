@@ -316,6 +316,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let leased = crate::node::LeasedKeys::new(client.clone(), lease_rx);
         tasks.spawn(leased.clone().run());
         if let Some(ec) = &config.endpoints {
+            enable_forwarding(ec)?;
             let allocator = crate::identity::GlobalAllocator::new(
                 client.clone(),
                 leased.clone(),
@@ -742,4 +743,28 @@ impl crate::endpoint::regeneration::EndpointDatapath for EndpointSwitch {
             self.node.remove_endpoint(&a.host_ifname, a.host_ifindex);
         }
     }
+}
+
+/// Turns on forwarding in the endpoints' node namespace, for each family of the pod
+/// CIDRs: pods reach other pods, the node and other nodes through it.
+fn enable_forwarding(config: &EndpointsConfig) -> Result<(), Error> {
+    let mut knobs = Vec::new();
+    if config.pod_cidrs.iter().any(|c| c.addr().is_ipv4()) {
+        knobs.push("/proc/sys/net/ipv4/ip_forward");
+    }
+    if config.pod_cidrs.iter().any(|c| c.addr().is_ipv6()) {
+        knobs.push("/proc/sys/net/ipv6/conf/all/forwarding");
+    }
+    // /proc/sys/net is the namespace of the thread that opens it.
+    crate::datapath::in_netns(config.netns.as_deref(), || {
+        knobs
+            .iter()
+            .try_for_each(|k| std::fs::write(k, "1").map_err(|e| format!("{k}: {e}")))
+    })
+    .map_err(|e| Error::Config {
+        reason: format!("endpoints' namespace: {e}"),
+    })?
+    .map_err(|reason| Error::Config {
+        reason: format!("cannot enable forwarding for the endpoints: {reason}"),
+    })
 }

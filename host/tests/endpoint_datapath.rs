@@ -38,7 +38,9 @@ async fn an_endpoints_policy_is_enforced_on_its_packets_once_it_is_switched() {
     }
     let etcd = Etcd::start().await;
     let (node, _peer) = support::netns::joined_pair("epdp");
-    node.run(|| std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").unwrap());
+    let forwarding =
+        || node.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap());
+    assert_eq!(forwarding().trim(), "0", "a new namespace does not forward");
     let (web, client) = (Netns::new("weft-epdp-web"), Netns::new("weft-epdp-client"));
     let policies = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -66,6 +68,12 @@ async fn an_endpoints_policy_is_enforced_on_its_packets_once_it_is_switched() {
     eventually("weftd answers", Duration::from_secs(20), || {
         agent.status_json()
     })
+    .await;
+    eventually(
+        "the agent turns forwarding on",
+        Duration::from_secs(20),
+        || (forwarding().trim() == "1").then_some(()),
+    )
     .await;
 
     let web_ip = add(&agent, "web", &web, "web")["ips"][0]["address"]
