@@ -97,6 +97,22 @@ async fn an_endpoints_policy_is_enforced_on_its_packets_once_it_is_switched() {
             "{key}: {regeneration}"
         );
     }
+    // Each endpoint's two links are served by the agent's generation.
+    let status = agent.status_json().unwrap();
+    let datapath = &status["datapath"];
+    let served: Vec<&Value> = datapath["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("wft")))
+        .collect();
+    assert_eq!(served.len(), 4, "{datapath}");
+    assert!(
+        served
+            .iter()
+            .all(|e| e["generation"] == datapath["generation"]),
+        "{datapath}"
+    );
     let _l80 = web.run(|| TcpListener::bind("0.0.0.0:80").unwrap());
     let _l81 = web.run(|| TcpListener::bind("0.0.0.0:81").unwrap());
     let at = |port: u16| SocketAddr::new(web_ip.parse().unwrap(), port);

@@ -233,6 +233,16 @@ impl Datapath {
         })
     }
 
+    /// The names of the endpoints with a pinned link, sorted.
+    pub fn linked(&self) -> Vec<String> {
+        let mut names: Vec<String> = links(&self.root)
+            .iter()
+            .filter_map(|p| Some(p.file_name()?.to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        names
+    }
+
     fn link_path(&self, endpoint: &str) -> PathBuf {
         self.root.join("links").join(endpoint)
     }

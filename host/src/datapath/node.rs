@@ -200,11 +200,26 @@ impl NodeDatapath {
         DatapathStatus {
             root: dp.root().into(),
             generation: dp.generation(),
-            endpoints: vec![EndpointStatus {
+            endpoints: std::iter::once(EndpointStatus {
                 name: self.native.name.clone(),
                 device: self.native.device.clone(),
                 generation: dp.generation_of(&self.native.name),
-            }],
+            })
+            .chain(
+                dp.linked()
+                    .into_iter()
+                    .filter(|name| *name != self.native.name)
+                    .map(|name| EndpointStatus {
+                        // `<host side>-from` / `-to`: the workload endpoints' links.
+                        device: name
+                            .rsplit_once('-')
+                            .map_or(name.as_str(), |(d, _)| d)
+                            .to_owned(),
+                        generation: dp.generation_of(&name),
+                        name,
+                    }),
+            )
+            .collect(),
             written,
             deleted,
             failed,
