@@ -367,23 +367,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if let Some(dir) = config.clustermesh_config.clone() {
         let m = mesh.clone();
         tasks.spawn(async move { m.run_config_dir(dir).await });
-        let (m, host, mut loaded) = (mesh.clone(), plugin_host.clone(), plugins_loaded);
         let dp = node_datapath.clone();
-        let regeneration = RegenerationConfig {
-            default_timeout: config.ip_identities_sync_timeout,
-            ipsec: false,
-            wireguard: false,
-        };
+        // The host endpoint regenerates first after a restart, as a workload does.
+        let regenerate = endpoint_regeneration(
+            &mesh,
+            &plugin_host,
+            plugins_loaded,
+            true,
+            RegenerationConfig {
+                default_timeout: config.ip_identities_sync_timeout,
+                ipsec: false,
+                wireguard: false,
+            },
+        );
         tasks.spawn(async move {
-            // The host endpoint regenerates first after a restart: it waits as the
-            // policy decides, for the clusters present at start, once the plugins
-            // present at start are loaded.
-            m.config_dir_synced().await;
-            let _ = loaded.wait_for(|l| *l).await;
-            let outcome = wait_for_regeneration(
-                &m,
-                &host,
-                regeneration,
+            let outcome = regenerate(
                 regeneration::host_endpoint(),
                 plugins::RegenerationReason::Restore,
             )
@@ -620,7 +618,7 @@ fn pod_cidr(config: &Config, v4: bool) -> Option<crate::model::IpNet> {
     })
 }
 
-/// How a workload endpoint waits at its regeneration: like the host endpoint, for the
+/// How an endpoint (the host's or a workload's) waits at its regeneration: for the
 /// clusters and plugins present at start, then as the policy decides.
 fn endpoint_regeneration(
     mesh: &ClusterMesh,

@@ -187,13 +187,7 @@ impl Datapath {
             .take_map(CONFIG_MAP)
             .ok_or_else(|| Error::Load(format!("no map {CONFIG_MAP}")))?;
         let config = Array::try_from(config).map_err(|e| map_err(CONFIG_MAP, &e))?;
-        let program = to_netdev(&mut ebpf)?;
-        program
-            .load()
-            .map_err(|e| Error::Load(format!("{TO_NETDEV}: {e:#}")))?;
-        program
-            .pin(dir.join(TO_NETDEV))
-            .map_err(|e| Error::Load(format!("pinning {TO_NETDEV}: {e}")))?;
+        program(&mut ebpf, &dir, TO_NETDEV)?;
         tracing::info!(root = %root.display(), generation = id, "datapath generation loaded");
         Ok(Self {
             root: root.into(),
@@ -275,25 +269,7 @@ impl Datapath {
             reason,
         };
         let path = self.link_path(&endpoint.name);
-        let pin = self
-            .root
-            .join(format!("gen-{}", self.current.id))
-            .join(name);
-        let program: &mut SchedClassifier = self
-            .current
-            .ebpf
-            .program_mut(name)
-            .ok_or_else(|| Error::Load(format!("no program {name}")))?
-            .try_into()
-            .map_err(|e| Error::Load(format!("{name}: {e}")))?;
-        if program.fd().is_err() {
-            program
-                .load()
-                .map_err(|e| Error::Load(format!("{name}: {e:#}")))?;
-            program
-                .pin(&pin)
-                .map_err(|e| Error::Load(format!("pinning {name}: {e}")))?;
-        }
+        let program = self.program(name)?;
         match PinnedLink::from_pin(&path) {
             Ok(pinned) => {
                 let link = SchedClassifierLink::try_from(FdLink::from(pinned))
@@ -336,7 +312,7 @@ impl Datapath {
     /// # Errors
     /// [`Error::Load`] when the kernel refuses the run.
     pub fn test_run(&mut self, packet: &[u8], mark: u32, repeat: u32) -> Result<TestRun, Error> {
-        test_run(to_netdev(&mut self.current.ebpf)?, packet, mark, repeat)
+        test_run(self.program(TO_NETDEV)?, packet, mark, repeat)
     }
 
     /// Writes endpoint `ifindex`'s identity and policy into the current generation
@@ -371,18 +347,14 @@ impl Datapath {
         ifindex: u32,
         repeat: u32,
     ) -> Result<TestRun, Error> {
-        let p: &mut SchedClassifier = self
-            .current
-            .ebpf
-            .program_mut(program)
-            .ok_or_else(|| Error::Load(format!("no program {program}")))?
-            .try_into()
-            .map_err(|e| Error::Load(format!("{program}: {e}")))?;
-        if p.fd().is_err() {
-            p.load()
-                .map_err(|e| Error::Load(format!("{program}: {e:#}")))?;
-        }
-        test_run_on(p, packet, 0, ifindex, repeat)
+        test_run_on(self.program(program)?, packet, 0, ifindex, repeat)
+    }
+
+    /// The current generation's program `name`, loaded and pinned in its generation's
+    /// directory on first use (the pins are how generations know their programs).
+    fn program(&mut self, name: &str) -> Result<&mut SchedClassifier, Error> {
+        let dir = self.root.join(format!("gen-{}", self.current.id));
+        program(&mut self.current.ebpf, &dir, name)
     }
 
     /// Detaches `endpoint`: its link is unpinned and closed.
@@ -543,11 +515,26 @@ fn ensure_bpffs(root: &Path) -> Result<(), Error> {
     Err(bad(format!("not on a bpffs (mount -t bpf bpf {BPFFS})")))
 }
 
-fn to_netdev(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, Error> {
-    ebpf.program_mut(TO_NETDEV)
-        .ok_or_else(|| Error::Load(format!("no program {TO_NETDEV}")))?
+/// Program `name` of `ebpf`, loaded and pinned in `dir` on first use.
+fn program<'a>(
+    ebpf: &'a mut Ebpf,
+    dir: &Path,
+    name: &str,
+) -> Result<&'a mut SchedClassifier, Error> {
+    let program: &mut SchedClassifier = ebpf
+        .program_mut(name)
+        .ok_or_else(|| Error::Load(format!("no program {name}")))?
         .try_into()
-        .map_err(|e| Error::Load(format!("{TO_NETDEV}: {e}")))
+        .map_err(|e| Error::Load(format!("{name}: {e}")))?;
+    if program.fd().is_err() {
+        program
+            .load()
+            .map_err(|e| Error::Load(format!("{name}: {e:#}")))?;
+        program
+            .pin(dir.join(name))
+            .map_err(|e| Error::Load(format!("pinning {name}: {e}")))?;
+    }
+    Ok(program)
 }
 
 /// The generation directories under `root`, by number.

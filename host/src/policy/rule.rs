@@ -238,8 +238,23 @@ fn scoped(selector: Selector, ns: Option<&str>) -> Selector {
     }
 }
 
+/// A CiliumNetworkPolicy rule's peers and ports, whichever direction it names them for.
+type CnpParts = (Option<Vec<Selector>>, Option<Vec<String>>, Vec<CnpPorts>);
+
+impl CnpIngress {
+    fn parts(self) -> CnpParts {
+        (self.from_endpoints, self.from_entities, self.to_ports)
+    }
+}
+
+impl CnpEgress {
+    fn parts(self) -> CnpParts {
+        (self.to_endpoints, self.to_entities, self.to_ports)
+    }
+}
+
 fn cnp(name: String, ns: Option<&str>, spec: CnpSpec) -> Result<Policy, String> {
-    let peers = |endpoints: Option<Vec<Selector>>, entities: Option<Vec<String>>| {
+    let rule = |(endpoints, entities, ports): CnpParts| -> Result<PeerRule, String> {
         let mut peers: Vec<Peer> = endpoints
             .into_iter()
             .flatten()
@@ -248,42 +263,20 @@ fn cnp(name: String, ns: Option<&str>, spec: CnpSpec) -> Result<Policy, String> 
         for e in entities.into_iter().flatten() {
             peers.push(entity(&e)?);
         }
-        Ok::<_, String>(peers)
-    };
-    let ports = |ports: Vec<CnpPorts>| -> Result<Vec<PortRange>, String> {
-        ports
+        let ports = ports
             .into_iter()
             .flat_map(|p| p.ports)
             .map(|p| port_range(Some(&p.port), p.end_port, p.protocol.as_deref()))
-            .collect()
+            .collect::<Result<_, String>>()?;
+        Ok(PeerRule { peers, ports })
     };
     let ingress = spec
         .ingress
-        .map(|rules| {
-            rules
-                .into_iter()
-                .map(|r| {
-                    Ok(PeerRule {
-                        peers: peers(r.from_endpoints, r.from_entities)?,
-                        ports: ports(r.to_ports)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>()
-        })
+        .map(|rules| rules.into_iter().map(|r| rule(r.parts())).collect())
         .transpose()?;
     let egress = spec
         .egress
-        .map(|rules| {
-            rules
-                .into_iter()
-                .map(|r| {
-                    Ok(PeerRule {
-                        peers: peers(r.to_endpoints, r.to_entities)?,
-                        ports: ports(r.to_ports)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>()
-        })
+        .map(|rules| rules.into_iter().map(|r| rule(r.parts())).collect())
         .transpose()?;
     Ok(Policy {
         name,
@@ -321,53 +314,36 @@ fn np(name: String, ns: &str, spec: NpSpec) -> Result<Policy, String> {
         }
         Ok(Peer::Endpoints(selector))
     };
-    let ports = |ports: Vec<NpPort>| -> Result<Vec<PortRange>, String> {
-        ports
-            .into_iter()
-            .map(|p| port_range(p.port.as_ref(), p.end_port, p.protocol.as_deref()))
-            .collect()
-    };
-    let ingress = if types.iter().any(|t| t == "Ingress") {
-        Some(
-            spec.ingress
-                .unwrap_or_default()
-                .into_iter()
-                .map(|r| {
-                    Ok(PeerRule {
-                        peers: r
-                            .from
-                            .into_iter()
-                            .map(peer)
-                            .collect::<Result<_, String>>()?,
-                        ports: ports(r.ports)?,
+    // The rules of a direction the policy types name, each as its peers and ports.
+    let direction = |kind: &str, rules: Vec<(Vec<NpPeer>, Vec<NpPort>)>| {
+        types
+            .iter()
+            .any(|t| t == kind)
+            .then(|| {
+                rules
+                    .into_iter()
+                    .map(|(peers, ports)| {
+                        Ok(PeerRule {
+                            peers: peers.into_iter().map(peer).collect::<Result<_, String>>()?,
+                            ports: ports
+                                .into_iter()
+                                .map(|p| {
+                                    port_range(p.port.as_ref(), p.end_port, p.protocol.as_deref())
+                                })
+                                .collect::<Result<_, String>>()?,
+                        })
                     })
-                })
-                .collect::<Result<Vec<_>, String>>()?,
-        )
-    } else {
-        None
+                    .collect::<Result<Vec<_>, String>>()
+            })
+            .transpose()
     };
-    let egress = if types.iter().any(|t| t == "Egress") {
-        Some(
-            spec.egress
-                .unwrap_or_default()
-                .into_iter()
-                .map(|r| {
-                    Ok(PeerRule {
-                        peers: r.to.into_iter().map(peer).collect::<Result<_, String>>()?,
-                        ports: ports(r.ports)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>()?,
-        )
-    } else {
-        None
-    };
+    let ingress = spec.ingress.unwrap_or_default().into_iter();
+    let egress = spec.egress.unwrap_or_default().into_iter();
     Ok(Policy {
         name,
         subject: spec.pod_selector.and(NAMESPACE_LABEL, ns),
-        ingress,
-        egress,
+        ingress: direction("Ingress", ingress.map(|r| (r.from, r.ports)).collect())?,
+        egress: direction("Egress", egress.map(|r| (r.to, r.ports)).collect())?,
     })
 }
 
