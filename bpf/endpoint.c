@@ -153,8 +153,13 @@ static __always_inline int weft_ct_reply(const struct weft_flow *f, __u32 endpoi
 }
 
 /* Judges a packet in `direction`. A direction the endpoint's policy enforces lets
- * through what it allows and the replies of flows allowed the other way; a flow that
- * passes is remembered when the other direction is enforced, so that its replies pass. */
+ * through what it allows and the replies of flows that went the other way. Every flow
+ * that passes and is not a reply is remembered, in the direction it went: its replies
+ * then pass, and its own packets stay judged by the policy. Remembering only flows
+ * whose replies need it would let a reply (an ACK, say) be remembered as a flow of its
+ * own, and the packets it answers pass as its "replies", unjudged: a policy change, or
+ * an endpoint switched to a generation without the peer's identity, would never reach
+ * an established connection. */
 static __always_inline int weft_judge(struct __sk_buff *skb, __u8 direction, __u32 this_flag,
 				      __u32 other_flag)
 {
@@ -180,7 +185,7 @@ static __always_inline int weft_judge(struct __sk_buff *skb, __u8 direction, __u
 			return TC_ACT_SHOT;
 	}
 	/* A lookup costs less than an update: a known flow is not written again. */
-	if ((ep->flags & other_flag) && !bpf_map_lookup_elem(&weft_ct, &f.ct))
+	if (!bpf_map_lookup_elem(&weft_ct, &f.ct))
 		bpf_map_update_elem(&weft_ct, &f.ct, &one, BPF_ANY);
 	return TC_ACT_OK;
 }

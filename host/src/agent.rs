@@ -13,7 +13,9 @@ use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustPolicy};
 use crate::policy::PolicySet;
 use crate::regeneration::{self, wait_for_regeneration, RegenerationConfig};
 use crate::state::{run_local_kvstore, State};
-use crate::wireguard::{self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync};
+use crate::wireguard::{
+    self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync, PeerSyncStatus, PodRoutes,
+};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::IpAddr;
@@ -144,19 +146,33 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let state = Arc::new(State::new(local.clone()));
     // WireGuard first: the node record carries its key, and the datapath redirects
     // to its device.
-    let wireguard = match config.wireguard.clone() {
+    let (wireguard, pod_routes) = match config.wireguard.clone() {
         Some(wc) => {
             let dir = config.state_dir.clone();
+            let (device, netns) = (wc.device.clone(), wc.netns.clone());
+            let node = local.clone();
             let started =
-                tokio::task::spawn_blocking(move || NodeWireGuard::start(&wc, &dir, local))
+                tokio::task::spawn_blocking(move || NodeWireGuard::start(&wc, &dir, node))
                     .await
                     .expect("WireGuard start-up task");
             let wg = started?;
+            let local_cidrs = config
+                .endpoints
+                .as_ref()
+                .map(|e| e.pod_cidrs.clone())
+                .unwrap_or_default();
+            let routes = PodRoutes::start(device.clone(), netns, local, local_cidrs)
+                .await
+                .map_err(|e| wireguard::Error::Device {
+                    device,
+                    reason: format!("reading its pod routes: {e}"),
+                })?;
             state.nodes.subscribe(wg.peers.clone());
+            state.nodes.subscribe(routes.clone());
             state.ipcache.add_listener(wg.peers.clone());
-            Some(wg)
+            (Some(wg), Some(routes))
         }
-        None => None,
+        None => (None, None),
     };
     let wg_key = wireguard.as_ref().map(|wg| &wg.key);
     state.nodes.upsert(Source::Local, own_node(&config, wg_key));
@@ -198,13 +214,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             let endpoints = endpoint_manager.clone();
             let policies = policies.clone();
             let wg = wireguard.as_ref().map(|wg| wg.peers.clone());
+            let routes = pod_routes.clone();
             Box::new(move || StatusReport {
                 cluster: own_cluster.clone(),
                 clusters: mesh.status(),
                 totals: Some(state.totals()),
                 plugins: Some(plugins.report()),
                 datapath: dp.as_ref().map(NodeDatapath::status),
-                wireguard: wg.as_ref().map(|wg| wg.status()),
+                wireguard: wg.as_ref().map(|wg| PeerSyncStatus {
+                    routes: routes.as_ref().map(|r| r.status()),
+                    ..wg.status()
+                }),
                 policies: following_policies.then(|| {
                     let set = policies.borrow();
                     api::PoliciesStatus {
@@ -289,7 +309,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             plugins: plugin_host.clone(),
             plugins_loaded: plugins_loaded.clone(),
         };
-        tasks.spawn(gate.collect(wg.peers.clone()));
+        tasks.spawn(gate.collect(wg.peers.clone(), pod_routes.clone()));
     }
     if !config.kvstore_endpoints.is_empty() {
         let endpoints = Endpoints {
@@ -499,7 +519,7 @@ struct GarbageGate {
 }
 
 impl GarbageGate {
-    async fn collect(mut self, peers: Arc<PeerSync>) {
+    async fn collect(mut self, peers: Arc<PeerSync>, routes: Option<Arc<PodRoutes>>) {
         if self.wait {
             let _ = self.local_nodes.wait_for(|synced| *synced).await;
             if self.config_dir {
@@ -531,6 +551,9 @@ impl GarbageGate {
                 tracing::info!(kept = r.kept.len(), removed = ?r.removed, trimmed = ?r.trimmed, "restored WireGuard peers collected")
             }
             Err(e) => tracing::error!(error = %e, "WireGuard garbage collection task failed"),
+        }
+        if let Some(routes) = routes {
+            routes.collect_garbage();
         }
     }
 

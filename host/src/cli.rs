@@ -548,6 +548,27 @@ fn render_wireguard(w: &crate::wireguard::PeerSyncStatus) -> String {
     for r in &w.refused {
         out.push_str(&format!("  refused {r}\n"));
     }
+    if let Some(r) = &w.routes {
+        let kept = if r.restoring {
+            ", restored ones kept until the remote nodes are synced"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "  pod routes through the device: {}{kept}\n",
+            if r.installed.is_empty() {
+                "none".to_owned()
+            } else {
+                r.installed.join(", ")
+            }
+        ));
+        for refused in &r.refused {
+            out.push_str(&format!("  no route: {refused}\n"));
+        }
+        if let Some(e) = &r.error {
+            out.push_str(&format!("  pod routes not in step: {e}\n"));
+        }
+    }
     out
 }
 

@@ -50,8 +50,13 @@ fn labels(s: &str) -> Labels {
 }
 
 /// Web (cluster1) admits cluster2's clients on TCP 80; its policy written for the
-/// endpoint, computed with the identities known.
+/// endpoint, computed with every identity known.
 fn install_web_policy(b: &mut Bpf) {
+    install_web_policy_knowing(b, &[WEB, CLIENT2, DB2]);
+}
+
+/// [`install_web_policy`] computed with only the identities `known`.
+fn install_web_policy_knowing(b: &mut Bpf, known: &[u32]) {
     let policy = weft::policy::parse(
         "web.yaml",
         "
@@ -72,7 +77,9 @@ spec:
         (CLIENT2, labels("k8s:app=client;k8s:io.cilium.k8s.policy.cluster=cluster2;k8s:io.kubernetes.pod.namespace=shop;")),
         (DB2, labels("k8s:app=db;k8s:io.cilium.k8s.policy.cluster=cluster2;k8s:io.kubernetes.pod.namespace=shop;")),
     ]
-    .into();
+    .into_iter()
+    .filter(|(id, _)| known.contains(id))
+    .collect();
     let computed = weft::policy::compute(&[policy], &web, &identities);
     let (info, keys) = policy_entries(ENDPOINT, WEB, &computed).unwrap();
     b.dp.set_endpoint(ENDPOINT, info, &keys).unwrap();
@@ -181,5 +188,28 @@ fn a_remote_pod_is_dropped_until_its_entry_arrives() {
     assert_eq!(
         run(&mut b, TO_ENDPOINT, ("10.2.0.7", 40000), ("10.1.0.5", 80)),
         TC_ACT_OK
+    );
+}
+
+#[test]
+fn an_established_flows_own_packets_stay_judged_after_its_replies() {
+    let Some(mut b) = Bpf::start("ep-established") else {
+        return;
+    };
+    put(&b, "10.1.0.5", WEB);
+    put(&b, "10.2.0.7", CLIENT2);
+    install_web_policy(&mut b);
+    let (client, web) = (("10.2.0.7", 40000), ("10.1.0.5", 80));
+    assert_eq!(run(&mut b, TO_ENDPOINT, client, web), TC_ACT_OK);
+    // Web answers: a reply, remembered as nothing of its own.
+    assert_eq!(run(&mut b, FROM_ENDPOINT, web, client), TC_ACT_OK);
+    assert_eq!(run(&mut b, TO_ENDPOINT, client, web), TC_ACT_OK);
+    // The client's identity leaves (its cluster gone, or an endpoint switched to a
+    // generation that lacks it): the flow's next packet is judged again, and dropped.
+    install_web_policy_knowing(&mut b, &[WEB, DB2]);
+    assert_eq!(
+        run(&mut b, TO_ENDPOINT, client, web),
+        TC_ACT_SHOT,
+        "the established flow is judged by the policy as it is now"
     );
 }

@@ -6,25 +6,13 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 use support::agent::Agent;
 use support::netns::Netns;
 use support::{eventually, Etcd};
-
-fn add(agent: &Agent, pod: &str, netns: &Netns, app: &str) -> Value {
-    let conf = json!({
-        "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
-        "socket": agent.state.path().join("weftd.sock"),
-        "runtimeConfig": {"labels": {"app": app}},
-    });
-    let (out, status) =
-        support::cni::run("ADD", pod, "shop", Some(&netns.path()), &conf.to_string());
-    assert_eq!(status, 0, "{out}");
-    serde_json::from_str(&out).unwrap()
-}
 
 /// Whether a TCP connection from `from` to `addr` is accepted within a second.
 fn connects(from: &Netns, addr: SocketAddr) -> bool {
@@ -76,26 +64,12 @@ async fn an_endpoints_policy_is_enforced_on_its_packets_once_it_is_switched() {
     )
     .await;
 
-    let web_ip = add(&agent, "web", &web, "web")["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .trim_end_matches("/32")
-        .to_owned();
-    add(&agent, "client", &client, "client");
+    let web_ip = support::cni::add(&agent, "web", "shop", &web, "web");
+    support::cni::add(&agent, "client", "shop", &client, "client");
     for key in ["web/eth0", "client/eth0"] {
-        let regeneration = eventually("the endpoint is switched", Duration::from_secs(20), || {
-            let listed = agent.json(&["endpoint", "list"])?;
-            let r = listed.as_array()?.iter().find(|e| e["key"] == key)?["regeneration"].clone();
-            r["result"]
-                .as_str()
-                .filter(|s| *s != "waiting")
-                .map(str::to_owned)
-        })
-        .await;
-        assert!(
-            !regeneration.contains("not switched"),
-            "{key}: {regeneration}"
-        );
+        let r = support::cni::regeneration(&agent, key, "switched", support::cni::ended).await;
+        let result = r["result"].as_str().unwrap();
+        assert!(!result.contains("not switched"), "{key}: {result}");
     }
     // Each endpoint's two links are served by the agent's generation.
     let status = agent.status_json().unwrap();
@@ -115,7 +89,7 @@ async fn an_endpoints_policy_is_enforced_on_its_packets_once_it_is_switched() {
     );
     let _l80 = web.run(|| TcpListener::bind("0.0.0.0:80").unwrap());
     let _l81 = web.run(|| TcpListener::bind("0.0.0.0:81").unwrap());
-    let at = |port: u16| SocketAddr::new(web_ip.parse().unwrap(), port);
+    let at = |port: u16| SocketAddr::new(web_ip, port);
     // The client's identity arrives through etcd; the policy is refreshed with it.
     eventually("the client reaches web:80", Duration::from_secs(20), || {
         connects(&client, at(80)).then_some(())

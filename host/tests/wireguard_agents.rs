@@ -10,38 +10,27 @@ mod support;
 
 use serde_json::Value;
 use std::ffi::{OsStr, OsString};
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use support::agent::{cluster_config, logged_at, Agent};
 use support::netns::{joined_pair, Netns};
+use support::traffic::{contains, Capture, StopDevice, Stream, MARKER};
 use support::{eventually, Etcd};
-use weft::wireguard::WireGuardDevice;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_weft-wg");
 const POD_A: &str = "10.200.0.1";
 const POD_B: &str = "10.200.0.2";
 const NODE_A: &str = "10.100.0.1";
 const NODE_B: &str = "10.100.0.2";
-/// Sent in the clear by the pods; must never be seen on the link.
-const MARKER: &[u8] = b"WEFT-PLAINTEXT-MARKER";
+
+/// Pod B's listener.
+fn pod_b() -> SocketAddr {
+    SocketAddr::new(POD_B.parse().unwrap(), 7000)
+}
 /// How long cluster2's etcd stays frozen, from the agent's restart on.
 const ETCD_PAUSE: Duration = Duration::from_secs(10);
 /// A gap in the stream at least this long means it was cut.
 const CUT: Duration = Duration::from_secs(2);
-
-/// Stops a helper the agent started, even when the test fails.
-struct StopDevice(String);
-
-impl Drop for StopDevice {
-    fn drop(&mut self) {
-        if let Ok(device) = WireGuardDevice::named(&self.0) {
-            device.stop();
-        }
-    }
-}
 
 struct Lab {
     // Dropped in this order: agents, then helpers, then namespaces and etcd.
@@ -151,158 +140,6 @@ async fn lab(test: &str) -> Option<Lab> {
     })
 }
 
-/// A TCP stream from pod A to pod B: A writes the marker every 20 ms, B notes when
-/// data arrives.
-struct Stream {
-    arrivals: Arc<Mutex<Vec<Instant>>>,
-    errors: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Stream {
-    fn open(a: &Netns, b: &Netns) -> Stream {
-        let to: SocketAddr = format!("{POD_B}:7000").parse().unwrap();
-        let listener = b.run(move || TcpListener::bind(to).unwrap());
-        // The first SYN waits for the handshake; TCP retries.
-        let mut client = a
-            .run(move || TcpStream::connect_timeout(&to, Duration::from_secs(20)))
-            .expect("pod A connects to pod B through the tunnel");
-        let (mut server, _) = listener.accept().unwrap();
-        server
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let arrivals = Arc::new(Mutex::new(Vec::new()));
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let reader = {
-            let (arrivals, errors, stop) = (arrivals.clone(), errors.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while !stop.load(Ordering::Relaxed) {
-                    match server.read(&mut buf) {
-                        Ok(0) => {
-                            // Pod A closing at the end is no error.
-                            if !stop.load(Ordering::Relaxed) {
-                                let end = "pod B saw the stream end".to_owned();
-                                errors.lock().unwrap().push(end);
-                            }
-                            return;
-                        }
-                        Ok(_) => arrivals.lock().unwrap().push(Instant::now()),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(e) => {
-                            errors.lock().unwrap().push(format!("pod B read: {e}"));
-                            return;
-                        }
-                    }
-                }
-            })
-        };
-        let writer = {
-            let (errors, stop) = (errors.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    if let Err(e) = client.write_all(MARKER) {
-                        errors.lock().unwrap().push(format!("pod A write: {e}"));
-                        return;
-                    }
-                    // The stream's pace, not a synchronisation.
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            })
-        };
-        Stream {
-            arrivals,
-            errors,
-            stop,
-            threads: vec![reader, writer],
-        }
-    }
-
-    fn arrived_since(&self, t: Instant) -> usize {
-        self.arrivals
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| **a > t)
-            .count()
-    }
-
-    /// The longest time without data between `from` and `to`.
-    fn longest_gap(&self, from: Instant, to: Instant) -> Duration {
-        let mut last = from;
-        let mut gap = Duration::ZERO;
-        for t in self
-            .arrivals
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|t| **t > from && **t <= to)
-        {
-            gap = gap.max(*t - last);
-            last = *t;
-        }
-        gap.max(to.saturating_duration_since(last))
-    }
-
-    fn close(mut self) -> Vec<String> {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        self.errors.lock().unwrap().clone()
-    }
-}
-
-/// Frames seen in a namespace for `window`, with the ifindex they were seen on.
-fn capture(ns: &Netns, window: Duration) -> Vec<(usize, Vec<u8>)> {
-    use nix::sys::socket::{self, AddressFamily, LinkAddr, SockFlag, SockProtocol, SockType};
-    use std::os::fd::AsRawFd as _;
-    let fd = ns.run(|| {
-        socket::socket(
-            AddressFamily::Packet,
-            SockType::Raw,
-            SockFlag::empty(),
-            SockProtocol::EthAll,
-        )
-        .unwrap()
-    });
-    let timeout = nix::sys::time::TimeVal::new(0, 100_000);
-    socket::setsockopt(&fd, socket::sockopt::ReceiveTimeout, &timeout).unwrap();
-    let mut frames = Vec::new();
-    let mut buf = vec![0u8; 65_536];
-    let deadline = Instant::now() + window;
-    while Instant::now() < deadline {
-        if let Ok((n, Some(from))) = socket::recvfrom::<LinkAddr>(fd.as_raw_fd(), &mut buf) {
-            frames.push((from.ifindex(), buf[..n].to_vec()));
-        }
-    }
-    frames
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// An Ethernet frame's IP protocol and UDP ports, when it is IPv4 or IPv6.
-fn ip_transport(frame: &[u8]) -> Option<(u8, Option<(u16, u16)>)> {
-    let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    let (proto, l4) = match ethertype {
-        0x0800 => {
-            let ihl = usize::from(frame.get(14)? & 0x0f) * 4;
-            (*frame.get(14 + 9)?, 14 + ihl)
-        }
-        0x86DD => (*frame.get(14 + 6)?, 14 + 40),
-        _ => return None,
-    };
-    let ports = (proto == 17).then(|| {
-        let p = |i: usize| u16::from_be_bytes([frame[l4 + i], frame[l4 + i + 1]]);
-        (p(0), p(2))
-    });
-    Some((proto, ports))
-}
-
 /// Runs the restart: with a stream flowing, agent A is killed and started again while
 /// cluster2's etcd is frozen for [`ETCD_PAUSE`], then cluster2 is thawed. Returns the
 /// stream, when the restart began, and (without the wait) when the restored peer was
@@ -311,12 +148,7 @@ async fn restart_during_etcd_pause(
     lab: &mut Lab,
     early_gc: bool,
 ) -> (Stream, Instant, Option<Instant>) {
-    let stream = Stream::open(&lab.a, &lab.b);
-    let opened = Instant::now();
-    eventually("the stream flows", Duration::from_secs(20), || {
-        (stream.arrived_since(opened) >= 10).then_some(())
-    })
-    .await;
+    let stream = Stream::flowing(&lab.a, &lab.b, pod_b()).await;
 
     lab.e2.pause();
     let restarted = Instant::now();
@@ -370,8 +202,11 @@ async fn traffic_is_encrypted_and_a_stream_survives_a_restart_while_the_remote_e
     };
 
     // Only WireGuard on the link: the pods' bytes are on the device, never on the veth.
-    let stream = Stream::open(&lab.a, &lab.b);
-    let frames = capture(&lab.b, Duration::from_secs(1));
+    let stream = Stream::open(&lab.a, &lab.b, pod_b());
+    let capture = Capture::start(&lab.b);
+    // The capture's window while the stream flows, not a synchronisation.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let frames = capture.stop();
     let errors = stream.close();
     assert!(errors.is_empty(), "{errors:?}");
     let veth = lab.b.ifindex("weftv1") as usize;
@@ -387,29 +222,7 @@ async fn traffic_is_encrypted_and_a_stream_survives_a_restart_while_the_remote_e
             .any(|(i, f)| *i == device && contains(f, MARKER)),
         "the capture sees the plaintext where it is: on the WireGuard device"
     );
-    let tunnelled = on_veth
-        .iter()
-        .filter(|f| {
-            matches!(ip_transport(f), Some((17, Some((s, d))))
-            if s == weft::wireguard::LISTEN_PORT && d == weft::wireguard::LISTEN_PORT)
-        })
-        .count();
-    assert!(
-        tunnelled > 10,
-        "the stream crossed the link as WireGuard UDP ({tunnelled} frames)"
-    );
-    for f in &on_veth {
-        assert!(!contains(f, MARKER), "plaintext on the link");
-        match ip_transport(f) {
-            None => {}              // ARP
-            Some((0 | 58, _)) => {} // IPv6 neighbour discovery, MLD (hop-by-hop)
-            Some((17, Some((s, d)))) => assert!(
-                s == weft::wireguard::LISTEN_PORT && d == weft::wireguard::LISTEN_PORT,
-                "UDP {s} -> {d} on the link"
-            ),
-            Some(other) => panic!("not WireGuard on the link: {other:?}"),
-        }
-    }
+    support::traffic::only_wireguard(&on_veth, 10);
 
     let (stream, restarted, _) = restart_during_etcd_pause(&mut lab, false).await;
     let s = eventually(
@@ -437,6 +250,7 @@ async fn traffic_is_encrypted_and_a_stream_survives_a_restart_while_the_remote_e
             "restored",
             "restoring",
             "revived",
+            "routes",
             "updates"
         ]
     );
@@ -454,18 +268,8 @@ async fn traffic_is_encrypted_and_a_stream_survives_a_restart_while_the_remote_e
     assert_eq!(collected["removed"], serde_json::json!([]), "{s}");
     assert_eq!(collected["kept"].as_array().unwrap().len(), 1, "{s}");
     assert_eq!(peers(&s)[0]["allowed_ips"], 2, "node IP and pod: {s}");
-    let resumed = Instant::now();
-    eventually("the stream still flows", Duration::from_secs(10), || {
-        (stream.arrived_since(resumed) >= 10).then_some(())
-    })
-    .await;
-    let gap = stream.longest_gap(restarted, Instant::now());
-    let errors = stream.close();
-    assert!(errors.is_empty(), "the stream saw no error: {errors:?}");
-    assert!(
-        gap < CUT,
-        "no gap in the stream across the restart and the {ETCD_PAUSE:?} pause (longest {gap:?})"
-    );
+    // Across the restart and the whole pause.
+    stream.assert_unbroken_since(restarted, CUT).await;
 }
 
 #[tokio::test]
@@ -500,12 +304,18 @@ struct OneAgent {
     /// The agent's flags, for restarts.
     flags: Vec<OsString>,
     _stop: StopDevice,
-    _ns: Netns,
+    ns: Netns,
+    device: String,
     _e1: Etcd,
     e2: Etcd,
 }
 
 async fn one_agent(test: &str) -> Option<OneAgent> {
+    one_agent_with(test, &[]).await
+}
+
+/// [`one_agent`] with `extra` flags.
+async fn one_agent_with(test: &str, extra: &[&str]) -> Option<OneAgent> {
     if !support::wireguard_available(test) {
         return None;
     }
@@ -513,13 +323,15 @@ async fn one_agent(test: &str) -> Option<OneAgent> {
     let dev = format!("w{test}{}", std::process::id() % 100_000);
     let stop = StopDevice(dev.clone());
     let (e1, e2) = etcds().await;
-    let flags = flags(&dev, &ns, false);
+    let mut flags = flags(&dev, &ns, false);
+    flags.extend(extra.iter().map(OsString::from));
     let agent = Agent::start_node("cluster1", 1, &e1, NODE_A, &refs(&flags));
     Some(OneAgent {
         agent,
         flags,
         _stop: stop,
-        _ns: ns,
+        ns,
+        device: dev,
         _e1: e1,
         e2,
     })
@@ -527,9 +339,109 @@ async fn one_agent(test: &str) -> Option<OneAgent> {
 
 /// A node of cluster2 publishing `key`.
 fn node_json(name: &str, ip: &str, key: &str) -> String {
+    node_with_pods(name, ip, key, None)
+}
+
+/// [`node_json`] with a pod CIDR: its network address and its mask, base64.
+fn node_with_pods(name: &str, ip: &str, key: &str, pods: Option<(&str, &str)>) -> String {
+    let cidr = pods.map_or(String::new(), |(net, mask)| {
+        format!(r#","IPv4AllocCIDR":{{"IP":"{net}","Mask":"{mask}"}}"#)
+    });
     format!(
-        r#"{{"Name":"{name}","Cluster":"cluster2","ClusterID":2,"IPAddresses":[{{"Type":"InternalIP","IP":"{ip}"}}],"WireguardPubKey":"{key}"}}"#
+        r#"{{"Name":"{name}","Cluster":"cluster2","ClusterID":2,"IPAddresses":[{{"Type":"InternalIP","IP":"{ip}"}}],"WireguardPubKey":"{key}"{cidr}}}"#
     )
+}
+
+/// /24, /25 and /0 masks as a node record carries them.
+const MASK_24: &str = "////AA==";
+const MASK_25: &str = "////gA==";
+const MASK_0: &str = "AAAAAA==";
+
+/// The routes `ip` lists in `ns` for `selector` (`proto 87`, say).
+fn routes(ns: &Netns, selector: &[&str]) -> String {
+    let mut args = vec!["-n", ns.name.as_str(), "route", "show"];
+    args.extend_from_slice(selector);
+    let out = std::process::Command::new("ip")
+        .args(&args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn installed_routes(agent: &Agent) -> Option<Vec<String>> {
+    let s = agent.status_json()?;
+    serde_json::from_value(s["wireguard"]["routes"]["installed"].clone()).ok()
+}
+
+#[tokio::test]
+async fn pod_routes_follow_the_remote_nodes_and_come_back_when_deleted_by_hand() {
+    let Some(OneAgent {
+        agent,
+        e2,
+        ns,
+        device,
+        ..
+    }) = &one_agent_with("wgp", &["--pod-cidr", "10.77.0.0/24"]).await
+    else {
+        return;
+    };
+    let key = |n: u8| wireguard_control::Key([n; 32]).to_base64();
+    for (name, ip, n, pods) in [
+        ("n1", "10.100.1.1", 1, ("10.78.0.0", MASK_24)),
+        ("mine", "10.100.1.2", 2, ("10.77.0.128", MASK_25)),
+        ("all", "10.100.1.3", 3, ("0.0.0.0", MASK_0)),
+    ] {
+        e2.put(
+            &format!("cilium/state/nodes/v1/cluster2/{name}"),
+            &node_with_pods(name, ip, &key(n), Some(pods)),
+        )
+        .await;
+    }
+    support::write_config_file(agent.mesh_dir.path(), "cluster2", &e2.url());
+    let only_n1 = vec!["10.78.0.0/24".to_owned()];
+    eventually("n1's pod CIDR routed", Duration::from_secs(30), || {
+        (installed_routes(agent)? == only_n1).then_some(())
+    })
+    .await;
+    let s = agent.status_json().unwrap();
+    assert_eq!(
+        s["wireguard"]["routes"]["refused"],
+        serde_json::json!([
+            "cluster2/all: pod CIDR 0.0.0.0/0 is a default route",
+            "cluster2/mine: pod CIDR 10.77.0.128/25 overlaps this node's pod CIDR 10.77.0.0/24"
+        ]),
+        "{s}"
+    );
+    let ours = routes(ns, &["proto", "87"]);
+    assert!(
+        ours.contains(&format!("10.78.0.0/24 dev {device}")),
+        "{ours}"
+    );
+    // Someone else's route on the device is not weft's to touch.
+    ns.ip(&["route", "add", "10.99.0.0/24", "dev", device]);
+    ns.ip(&["route", "del", "10.78.0.0/24", "dev", device]);
+    eventually(
+        "a route deleted by hand comes back",
+        Duration::from_secs(30),
+        || {
+            routes(ns, &["proto", "87"])
+                .contains("10.78.0.0/24")
+                .then_some(())
+        },
+    )
+    .await;
+    e2.delete("cilium/state/nodes/v1/cluster2/n1").await;
+    eventually(
+        "a deleted node's route goes",
+        Duration::from_secs(30),
+        || installed_routes(agent)?.is_empty().then_some(()),
+    )
+    .await;
+    assert!(routes(ns, &["proto", "87"]).trim().is_empty());
+    assert!(
+        routes(ns, &[]).contains("10.99.0.0/24"),
+        "the route weft did not make is still there"
+    );
 }
 
 #[tokio::test]
@@ -640,24 +552,39 @@ async fn a_restored_peer_of_a_cluster_removed_while_frozen_goes_once_the_cluster
     };
     let key = wireguard_control::Key([7; 32]).to_base64();
     peer_for_n1(agent, e2, &key).await;
-
-    // Restarted with cluster2 frozen: the peer is restored and kept.
-    e2.pause();
-    agent.restart(&refs(flags));
-    eventually("the restored peer kept", Duration::from_secs(30), || {
-        let s = agent.status_json()?;
-        (s["wireguard"]["restoring"] == true && peers(&s).len() == 1).then_some(())
+    let n1_pods = vec!["10.78.0.0/24".to_owned()];
+    eventually("n1's pod CIDR routed", Duration::from_secs(30), || {
+        (installed_routes(agent)? == n1_pods).then_some(())
     })
     .await;
-    // The operator removes cluster2: it counts as done, and its peer goes.
-    std::fs::remove_file(agent.mesh_dir.path().join("cluster2")).unwrap();
-    let s = eventually(
-        "the removed cluster's restored peer collected",
+
+    // Restarted with cluster2 frozen: the peer and the route are restored and kept.
+    e2.pause();
+    agent.restart(&refs(flags));
+    eventually(
+        "the restored peer and route kept",
         Duration::from_secs(30),
         || {
-            agent
-                .status_json()
-                .filter(|s| !s["wireguard"]["collected"].is_null())
+            let s = agent.status_json()?;
+            let routes = &s["wireguard"]["routes"];
+            (s["wireguard"]["restoring"] == true
+                && peers(&s).len() == 1
+                && routes["restoring"] == true
+                && routes["installed"] == serde_json::json!(n1_pods))
+            .then_some(())
+        },
+    )
+    .await;
+    // The operator removes cluster2: it counts as done, and its peer and route go.
+    std::fs::remove_file(agent.mesh_dir.path().join("cluster2")).unwrap();
+    let s = eventually(
+        "the removed cluster's restored peer and route collected",
+        Duration::from_secs(30),
+        || {
+            agent.status_json().filter(|s| {
+                !s["wireguard"]["collected"].is_null()
+                    && s["wireguard"]["routes"]["installed"] == serde_json::json!([])
+            })
         },
     )
     .await;
@@ -666,15 +593,21 @@ async fn a_restored_peer_of_a_cluster_removed_while_frozen_goes_once_the_cluster
         serde_json::json!([key]),
         "{s}"
     );
+    assert_eq!(
+        s["wireguard"]["routes"]["collected"],
+        serde_json::json!(n1_pods),
+        "{s}"
+    );
     assert!(peers(&s).is_empty(), "{s}");
     e2.resume();
 }
 
-/// cluster2's node n1 publishes `key`; cluster2 is added; the agent makes n1 a peer.
+/// cluster2's node n1 (pods 10.78.0.0/24) publishes `key`; cluster2 is added; the
+/// agent makes n1 a peer.
 async fn peer_for_n1(agent: &Agent, e2: &Etcd, key: &str) {
     e2.put(
         "cilium/state/nodes/v1/cluster2/n1",
-        &node_json("n1", "10.100.1.1", key),
+        &node_with_pods("n1", "10.100.1.1", key, Some(("10.78.0.0", MASK_24))),
     )
     .await;
     support::write_config_file(agent.mesh_dir.path(), "cluster2", &e2.url());
@@ -709,23 +642,8 @@ async fn restored_orphan_collected_after(test: &str, hold: Option<Duration>) -> 
             0,
             &vendor.key,
         );
-        let manifest = plugins.path().join("hold.toml");
-        let text = std::fs::read_to_string(&manifest).unwrap();
-        std::fs::write(
-            &manifest,
-            text.replace(
-                "config = \"\"",
-                &format!("config = \"{}\"", hold.as_millis()),
-            ),
-        )
-        .unwrap();
-        support::agent::weftd(&[
-            "plugin".as_ref(),
-            "sign".as_ref(),
-            manifest.as_os_str(),
-            "--key".as_ref(),
-            vendor.key.as_os_str(),
-        ]);
+        let config = hold.as_millis().to_string();
+        support::agent::configure(plugins.path(), "hold", &config, &vendor.key);
         flags.extend([
             "--plugin-dir".into(),
             plugins.path().into(),

@@ -17,6 +17,16 @@ pub struct NodeId {
     pub name: String,
 }
 
+impl NodeId {
+    /// The identity of `node`.
+    pub fn of(node: &Node) -> Self {
+        Self {
+            cluster: node.cluster.clone(),
+            name: node.name.clone(),
+        }
+    }
+}
+
 /// A consumer of node changes. Called in order, outside the manager's lock.
 pub trait NodeListener: Send + Sync {
     /// A node was added or changed; `old` is its previous record.
@@ -111,10 +121,7 @@ impl NodeManager {
 
     /// Adds or updates a node stated by `source`.
     pub fn upsert(&self, source: Source, node: Node) {
-        let id = NodeId {
-            cluster: node.cluster.clone(),
-            name: node.name.clone(),
-        };
+        let id = NodeId::of(&node);
         let owner = Self::owner(source, &id);
         let facts = self.facts(&id, &node);
         let prefixes: BTreeSet<Prefix> = facts.iter().map(|(p, _)| *p).collect();
@@ -132,13 +139,7 @@ impl NodeManager {
                 },
             );
             if let Some(old) = &old {
-                let old_owner = Self::owner(
-                    old.source,
-                    &NodeId {
-                        cluster: node.cluster.clone(),
-                        name: node.name.clone(),
-                    },
-                );
+                let old_owner = Self::owner(old.source, &NodeId::of(&node));
                 for gone in old
                     .prefixes
                     .iter()

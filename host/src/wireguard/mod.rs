@@ -9,12 +9,14 @@ mod key;
 pub mod link;
 mod node;
 mod peers;
+mod routes;
 mod stage;
 
 pub use device::WireGuardDevice;
 pub use key::NodeKey;
 pub use node::{NodeWireGuard, NodeWireGuardConfig, DEFAULT_DEVICE};
 pub use peers::{Collected, PeerChange, PeerTable, Refusal};
+pub use routes::{PodRoutes, PodRoutesStatus, RouteRefusal, RouteTable, ROUTE_PROTOCOL};
 pub use stage::{GarbageReport, PeerStatus, PeerSync, PeerSyncStatus, Revive};
 
 use std::path::PathBuf;

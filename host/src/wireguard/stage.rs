@@ -84,6 +84,9 @@ pub struct PeerSyncStatus {
     pub peers: Vec<PeerStatus>,
     /// Why the device did not answer the status's question; `None` when it did.
     pub device_error: Option<String>,
+    /// The routes to other nodes' pod CIDRs through the device.
+    #[serde(default)]
+    pub routes: Option<super::PodRoutesStatus>,
 }
 
 #[derive(Default)]
@@ -367,16 +370,9 @@ impl Worker {
     }
 }
 
-fn node_id(node: &Node) -> NodeId {
-    NodeId {
-        cluster: node.cluster.clone(),
-        name: node.name.clone(),
-    }
-}
-
 impl NodeListener for PeerSync {
     fn on_upsert(&self, node: &Node, _old: Option<&Node>) {
-        let id = node_id(node);
+        let id = NodeId::of(node);
         if id == self.local {
             return;
         }
@@ -385,7 +381,7 @@ impl NodeListener for PeerSync {
     }
 
     fn on_delete(&self, node: &Node) {
-        self.send(Event::NodeGone(node_id(node)));
+        self.send(Event::NodeGone(NodeId::of(node)));
     }
 }
 

@@ -207,6 +207,25 @@ pub fn package(
     std::fs::rename(&tmp, dir.join(format!("{name}.toml"))).unwrap();
 }
 
+/// Sets the config of the plugin `name` packaged in `dir` and signs its manifest again
+/// with `key`, as a vendor changing a plugin's config would.
+pub fn configure(dir: &std::path::Path, name: &str, config: &str, key: &std::path::Path) {
+    let manifest = dir.join(format!("{name}.toml"));
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace("config = \"\"", &format!("config = {config:?}")),
+    )
+    .unwrap();
+    weftd(&[
+        "plugin".as_ref(),
+        "sign".as_ref(),
+        manifest.as_os_str(),
+        "--key".as_ref(),
+        key.as_os_str(),
+    ]);
+}
+
 /// A vendor's signing key made with `weftd plugin keygen`, and the file of trusted keys
 /// that holds its public key.
 pub struct VendorKey {

@@ -72,3 +72,58 @@ pub fn run(
         out.status.code().unwrap_or(-1),
     )
 }
+
+/// Adds pod `container` (in `namespace`, labelled `app=<app>`) in `netns` through
+/// `agent`'s socket, as a runtime would: the pod's IPv4 address.
+pub fn add(
+    agent: &super::agent::Agent,
+    container: &str,
+    namespace: &str,
+    netns: &super::netns::Netns,
+    app: &str,
+) -> std::net::IpAddr {
+    let conf = serde_json::json!({
+        "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
+        "socket": agent.state.path().join("weftd.sock"),
+        "runtimeConfig": {"labels": {"app": app}},
+    });
+    let (out, status) = run(
+        "ADD",
+        container,
+        namespace,
+        Some(&netns.path()),
+        &conf.to_string(),
+    );
+    assert_eq!(status, 0, "ADD {container}: {out}");
+    let result: serde_json::Value = serde_json::from_str(&out).unwrap();
+    result["ips"][0]["address"]
+        .as_str()
+        .and_then(|a| a.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("ADD {container}: no address in {out}"))
+}
+
+/// `key`'s (`<container>/<ifname>`) last regeneration as `weftd endpoint list` shows
+/// it, once `done` says it is the one awaited.
+pub async fn regeneration(
+    agent: &super::agent::Agent,
+    key: &str,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    super::eventually(
+        &format!("{key}: {what}"),
+        std::time::Duration::from_secs(60),
+        || {
+            let listed = agent.json(&["endpoint", "list"])?;
+            let r = listed.as_array()?.iter().find(|e| e["key"] == key)?["regeneration"].clone();
+            done(&r).then_some(r)
+        },
+    )
+    .await
+}
+
+/// Whether a regeneration is over (its endpoint switched or refused).
+pub fn ended(r: &serde_json::Value) -> bool {
+    r["result"].as_str().is_some_and(|s| s != "waiting")
+}

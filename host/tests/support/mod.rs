@@ -11,6 +11,7 @@ pub mod netns;
 mod plugins;
 mod proxy;
 mod tls;
+pub mod traffic;
 
 pub use mesh::{counts, Lab};
 

@@ -1,0 +1,248 @@
+//! Real traffic between namespaces, and what a capture sees of it: a long-running TCP
+//! stream with its arrival times, a packet capture on every interface of a namespace,
+//! and the parsing a check of "only WireGuard on the link" needs.
+
+use super::netns::Netns;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Sent in the clear by the pods; must never be seen on the link.
+pub const MARKER: &[u8] = b"WEFT-PLAINTEXT-MARKER";
+
+/// Stops a WireGuard helper an agent started, even when the test fails.
+pub struct StopDevice(pub String);
+
+impl Drop for StopDevice {
+    fn drop(&mut self) {
+        if let Ok(device) = weft::wireguard::WireGuardDevice::named(&self.0) {
+            device.stop();
+        }
+    }
+}
+
+/// A TCP stream from one namespace to a listener in another: the client writes the
+/// marker every 20 ms, the server notes when data arrives.
+pub struct Stream {
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Stream {
+    /// Listens on `to` in `server`, connects from `client` (the first SYN may wait for
+    /// a handshake; TCP retries) and starts writing.
+    pub fn open(client: &Netns, server: &Netns, to: SocketAddr) -> Stream {
+        let listener = server.run(move || TcpListener::bind(to).unwrap());
+        let mut client = client
+            .run(move || TcpStream::connect_timeout(&to, Duration::from_secs(20)))
+            .unwrap_or_else(|e| panic!("the client connects to {to}: {e}"));
+        let (mut server, _) = listener.accept().unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (arrivals, errors, stop) = (arrivals.clone(), errors.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while !stop.load(Ordering::Relaxed) {
+                    match server.read(&mut buf) {
+                        Ok(0) => {
+                            // The client closing at the end is no error.
+                            if !stop.load(Ordering::Relaxed) {
+                                let end = "the server saw the stream end".to_owned();
+                                errors.lock().unwrap().push(end);
+                            }
+                            return;
+                        }
+                        Ok(_) => arrivals.lock().unwrap().push(Instant::now()),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => {
+                            errors.lock().unwrap().push(format!("server read: {e}"));
+                            return;
+                        }
+                    }
+                }
+            })
+        };
+        let writer = {
+            let (errors, stop) = (errors.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Err(e) = client.write_all(MARKER) {
+                        errors.lock().unwrap().push(format!("client write: {e}"));
+                        return;
+                    }
+                    // The stream's pace, not a synchronisation.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        Stream {
+            arrivals,
+            errors,
+            stop,
+            threads: vec![reader, writer],
+        }
+    }
+
+    /// [`Stream::open`], then waits until data arrives.
+    pub async fn flowing(client: &Netns, server: &Netns, to: SocketAddr) -> Stream {
+        let stream = Self::open(client, server, to);
+        let opened = Instant::now();
+        super::eventually("the stream flows", Duration::from_secs(20), || {
+            (stream.arrived_since(opened) >= 10).then_some(())
+        })
+        .await;
+        stream
+    }
+
+    /// How many reads returned data after `t`.
+    pub fn arrived_since(&self, t: Instant) -> usize {
+        self.arrivals
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| **a > t)
+            .count()
+    }
+
+    /// The longest time without data between `from` and `to`.
+    pub fn longest_gap(&self, from: Instant, to: Instant) -> Duration {
+        let mut last = from;
+        let mut gap = Duration::ZERO;
+        for t in self
+            .arrivals
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|t| **t > from && **t <= to)
+        {
+            gap = gap.max(*t - last);
+            last = *t;
+        }
+        gap.max(to.saturating_duration_since(last))
+    }
+
+    /// Waits until data arrives again, then closes the stream, asserting that it saw
+    /// no error and no gap of `cut` or more since `since`.
+    pub async fn assert_unbroken_since(self, since: Instant, cut: Duration) {
+        let now = Instant::now();
+        super::eventually("the stream still flows", Duration::from_secs(10), || {
+            (self.arrived_since(now) >= 10).then_some(())
+        })
+        .await;
+        let gap = self.longest_gap(since, Instant::now());
+        let errors = self.close();
+        assert!(errors.is_empty(), "the stream saw no error: {errors:?}");
+        assert!(gap < cut, "no gap in the stream (longest {gap:?})");
+    }
+
+    /// Stops both ends: the errors either saw.
+    pub fn close(mut self) -> Vec<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.errors.lock().unwrap().clone()
+    }
+}
+
+/// A packet capture on every interface of a namespace, until stopped.
+pub struct Capture {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(usize, Vec<u8>)>>,
+}
+
+impl Capture {
+    /// Starts capturing in `ns`; frames are seen from the moment this returns.
+    pub fn start(ns: &Netns) -> Capture {
+        use nix::sys::socket::{self, AddressFamily, LinkAddr, SockFlag, SockProtocol, SockType};
+        use std::os::fd::AsRawFd as _;
+        let fd = ns.run(|| {
+            socket::socket(
+                AddressFamily::Packet,
+                SockType::Raw,
+                SockFlag::empty(),
+                SockProtocol::EthAll,
+            )
+            .unwrap()
+        });
+        let timeout = nix::sys::time::TimeVal::new(0, 100_000);
+        socket::setsockopt(&fd, socket::sockopt::ReceiveTimeout, &timeout).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut frames = Vec::new();
+            let mut buf = vec![0u8; 65_536];
+            while !stopped.load(Ordering::Relaxed) {
+                if let Ok((n, Some(from))) = socket::recvfrom::<LinkAddr>(fd.as_raw_fd(), &mut buf)
+                {
+                    frames.push((from.ifindex(), buf[..n].to_vec()));
+                }
+            }
+            frames
+        });
+        Capture { stop, thread }
+    }
+
+    /// The frames seen, with the ifindex each was seen on.
+    pub fn stop(self) -> Vec<(usize, Vec<u8>)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// Whether `needle` occurs in `haystack`.
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// An Ethernet frame's IP protocol and UDP ports, when it is IPv4 or IPv6.
+pub fn ip_transport(frame: &[u8]) -> Option<(u8, Option<(u16, u16)>)> {
+    let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    let (proto, l4) = match ethertype {
+        0x0800 => {
+            let ihl = usize::from(frame.get(14)? & 0x0f) * 4;
+            (*frame.get(14 + 9)?, 14 + ihl)
+        }
+        0x86DD => (*frame.get(14 + 6)?, 14 + 40),
+        _ => return None,
+    };
+    let ports = (proto == 17).then(|| {
+        let p = |i: usize| u16::from_be_bytes([frame[l4 + i], frame[l4 + i + 1]]);
+        (p(0), p(2))
+    });
+    Some((proto, ports))
+}
+
+/// Asserts that `frames` (seen on a link between nodes) hold nothing but WireGuard's
+/// UDP (and ARP, IPv6 neighbour discovery), no plaintext marker, and at least
+/// `at_least` WireGuard frames. Returns how many WireGuard frames there were.
+pub fn only_wireguard(frames: &[&Vec<u8>], at_least: usize) -> usize {
+    let port = weft::wireguard::LISTEN_PORT;
+    let mut tunnelled = 0;
+    for f in frames {
+        assert!(!contains(f, MARKER), "plaintext on the link");
+        match ip_transport(f) {
+            None => {}              // ARP
+            Some((0 | 58, _)) => {} // IPv6 neighbour discovery, MLD (hop-by-hop)
+            Some((17, Some((s, d)))) => {
+                assert!(s == port && d == port, "UDP {s} -> {d} on the link");
+                tunnelled += 1;
+            }
+            Some(other) => panic!("not WireGuard on the link: {other:?}"),
+        }
+    }
+    assert!(
+        tunnelled >= at_least,
+        "the traffic crossed the link as WireGuard UDP ({tunnelled} frames, {at_least} expected)"
+    );
+    tunnelled
+}
