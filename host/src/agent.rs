@@ -368,11 +368,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 )),
             )?);
             if let Some(dp) = &node_datapath {
-                let switch = Arc::new(EndpointSwitch {
-                    node: dp.clone(),
-                    state: state.clone(),
-                    policies: policies.clone(),
-                });
+                let switch = Arc::new(EndpointSwitch::new(
+                    dp.clone(),
+                    state.clone(),
+                    policies.clone(),
+                ));
                 manager.set_datapath(switch.clone());
                 tasks.spawn(switch.follow(manager.clone()));
             }
@@ -664,11 +664,14 @@ fn endpoint_regeneration(
 }
 
 /// Switches workload endpoints to the node's datapath with their policy computed from
-/// the policies and the identities known at that moment, and keeps that policy current.
+/// the policies and the identities known at that moment, and regenerates those whose
+/// policy changes with them.
 struct EndpointSwitch {
     node: NodeDatapath,
     state: Arc<State>,
     policies: watch::Receiver<Arc<PolicySet>>,
+    /// What each switched endpoint's maps hold.
+    written: std::sync::Mutex<std::collections::HashMap<String, EndpointEntries>>,
 }
 
 /// An endpoint's datapath entries: its host side's ifindex and name, its info and its
@@ -680,24 +683,53 @@ type EndpointEntries = (
     std::collections::BTreeSet<crate::datapath::PolicyKey>,
 );
 
+/// Every identity, shared with the identity cache.
+type Identities = BTreeMap<u32, Arc<crate::model::Labels>>;
+
+/// How long changes gather before the endpoints are looked at: a cluster's identities
+/// arrive in a burst, and one round serves the whole burst.
+const POLICY_BATCH: Duration = Duration::from_millis(100);
+
 impl EndpointSwitch {
+    fn new(
+        node: NodeDatapath,
+        state: Arc<State>,
+        policies: watch::Receiver<Arc<PolicySet>>,
+    ) -> Self {
+        Self {
+            node,
+            state,
+            policies,
+            written: Default::default(),
+        }
+    }
+
     /// The identities and policies as they are now: read once for many endpoints.
-    fn inputs(&self) -> (BTreeMap<u32, crate::model::Labels>, Arc<PolicySet>) {
+    fn inputs(&self) -> (Identities, Arc<PolicySet>) {
         let identities = self.state.identities.lock().expect("identities lock").all();
         (identities, self.policies.borrow().clone())
     }
 
+    /// `r`'s entries, its policy computed once per distinct labels in `computed`.
     fn entries(
         r: &crate::endpoint::store::Record,
-        identities: &BTreeMap<u32, crate::model::Labels>,
+        identities: &Identities,
         set: &PolicySet,
+        computed: &mut std::collections::HashMap<String, crate::policy::EndpointPolicy>,
     ) -> Result<EndpointEntries, String> {
         let a = r
             .attachment
             .as_ref()
             .ok_or("the endpoint has no interfaces")?;
-        let labels: crate::model::Labels = r.labels.parse()?;
-        let policy = crate::policy::compute(&set.policies, &labels, identities);
+        let policy = match computed.get(&r.labels) {
+            Some(p) => p.clone(),
+            None => {
+                let labels: crate::model::Labels = r.labels.parse()?;
+                let p = crate::policy::compute(&set.policies, &labels, identities);
+                computed.insert(r.labels.clone(), p.clone());
+                p
+            }
+        };
         let (info, keys) = crate::datapath::policy_entries(
             a.host_ifindex,
             r.identity.unwrap_or_default(),
@@ -707,44 +739,44 @@ impl EndpointSwitch {
         Ok((a.host_ifindex, a.host_ifname.clone(), info, keys))
     }
 
-    /// Rewrites every ready endpoint's policy whose entries changed: when the policies
-    /// change, and every second for identities that arrived or left.
+    /// Regenerates every switched endpoint whose entries the policies or the
+    /// identities changed, as they change.
     async fn follow(self: Arc<Self>, manager: Arc<EndpointManager>) {
         let mut policies = self.policies.clone();
-        let mut written: std::collections::HashMap<String, EndpointEntries> = Default::default();
+        let mut identities = self
+            .state
+            .identities
+            .lock()
+            .expect("identities lock")
+            .subscribe();
         loop {
-            let (identities, set) = self.inputs();
-            for r in manager
-                .list()
-                .into_iter()
-                .filter(|r| r.phase == Phase::Ready)
-            {
-                let Ok(entries) = Self::entries(&r, &identities, &set) else {
-                    continue;
-                };
-                if written.get(&r.key) == Some(&entries) {
-                    continue;
-                }
-                let (ifindex, _, info, keys) = entries.clone();
-                let node = self.node.clone();
-                let done =
-                    tokio::task::spawn_blocking(move || node.update_endpoint(ifindex, info, &keys))
-                        .await;
-                match done {
-                    Ok(Ok(())) => {
-                        written.insert(r.key, entries);
-                    }
-                    Ok(Err(e)) => {
-                        tracing::warn!(endpoint = r.key, error = %e, "endpoint policy not written")
-                    }
-                    Err(e) => {
-                        tracing::warn!(endpoint = r.key, error = %e, "endpoint policy task failed")
-                    }
-                }
-            }
-            tokio::select! {
-                changed = policies.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            let reason = tokio::select! {
+                changed = policies.changed() => match changed {
+                    Ok(()) => plugins::RegenerationReason::PolicyChange,
+                    Err(_) => return,
+                },
+                changed = identities.changed() => match changed {
+                    Ok(()) => plugins::RegenerationReason::IdentityChange,
+                    Err(_) => return,
+                },
+            };
+            // Batching, not a synchronisation: what changes meanwhile is this round's.
+            tokio::time::sleep(POLICY_BATCH).await;
+            policies.mark_unchanged();
+            identities.mark_unchanged();
+            let (ids, set) = self.inputs();
+            let mut computed = std::collections::HashMap::new();
+            let written = self.written.lock().expect("written lock").clone();
+            let regenerated = manager.regenerate_where(reason, |r| {
+                Self::entries(r, &ids, &set, &mut computed)
+                    .is_ok_and(|e| written.get(&r.key) != Some(&e))
+            });
+            if regenerated > 0 {
+                tracing::info!(
+                    endpoints = regenerated,
+                    ?reason,
+                    "endpoints regenerate: their policy changed"
+                );
             }
         }
     }
@@ -753,16 +785,26 @@ impl EndpointSwitch {
 impl crate::endpoint::regeneration::EndpointDatapath for EndpointSwitch {
     fn switch(&self, record: &crate::endpoint::store::Record) -> Result<(), String> {
         let (identities, set) = self.inputs();
-        let (ifindex, name, info, keys) = Self::entries(record, &identities, &set)?;
+        let entries = Self::entries(record, &identities, &set, &mut Default::default())?;
+        let (ifindex, name, info, keys) = &entries;
         self.node
-            .switch_endpoint(&name, ifindex, info, &keys)
-            .map_err(|e| e.to_string())
+            .switch_endpoint(name, *ifindex, *info, keys)
+            .map_err(|e| e.to_string())?;
+        self.written
+            .lock()
+            .expect("written lock")
+            .insert(record.key.clone(), entries);
+        Ok(())
     }
 
     fn remove(&self, record: &crate::endpoint::store::Record) {
         if let Some(a) = &record.attachment {
             self.node.remove_endpoint(&a.host_ifname, a.host_ifindex);
         }
+        self.written
+            .lock()
+            .expect("written lock")
+            .remove(&record.key);
     }
 }
 

@@ -1,8 +1,9 @@
 //! Pods made through `weft-cni` on a node whose agent runs the BPF datapath and a
 //! policy directory: once an endpoint's regeneration is over, its programs are attached
 //! on its host side and its policy is enforced on real TCP: the client reaches the
-//! port the policy admits, not another; the control run, the policy removed, reaches
-//! both, so the drop was the policy's. Needs root and BPF.
+//! port the policy admits, not another; the control run, the policy removed (a
+//! regeneration of the endpoint), reaches both, so the drop was the policy's. Needs
+//! root and BPF.
 
 mod support;
 
@@ -105,6 +106,12 @@ async fn an_endpoints_policy_is_enforced_on_its_packets_once_it_is_switched() {
         || connects(&client, at(81)).then_some(()),
     )
     .await;
+    // The change went through a regeneration of web, asked of the policy as any is.
+    let r = support::cni::regeneration(&agent, "web/eth0", "regenerated", |r| {
+        r["reason"] == "policy-change" && support::cni::ended(r)
+    })
+    .await;
+    assert_eq!(r["decided_by"], "built-in default", "{r}");
     drop(agent);
     weft::datapath::Datapath::remove_all(&root);
 }

@@ -155,22 +155,6 @@ impl NodeDatapath {
         )
     }
 
-    /// Rewrites a switched endpoint's policy (identities or policies changed).
-    ///
-    /// # Errors
-    /// [`Error::Map`] when a write fails.
-    pub fn update_endpoint(
-        &self,
-        ifindex: u32,
-        info: EndpointInfo,
-        keys: &BTreeSet<PolicyKey>,
-    ) -> Result<(), Error> {
-        self.datapath
-            .lock()
-            .expect("datapath lock")
-            .set_endpoint(ifindex, info, keys)
-    }
-
     /// Detaches a workload endpoint's programs and forgets its policy.
     pub fn remove_endpoint(&self, host_ifname: &str, ifindex: u32) {
         let mut dp = self.datapath.lock().expect("datapath lock");

@@ -124,7 +124,7 @@ impl EndpointManager {
 
     /// The endpoints, as recorded, with the regenerations under way.
     pub fn list(&self) -> Vec<Record> {
-        let mut records = self.store.all().0;
+        let mut records = self.store.records();
         let waits = self.waits.lock().expect("waits lock");
         for r in &mut records {
             if let Some((_, w)) = waits.get(&r.key) {
@@ -170,7 +170,7 @@ impl EndpointManager {
             let mut ended = w.ended(&outcome, started);
             let _op = me.ops.lock().await;
             me.waits.lock().expect("waits lock").remove(&k);
-            if let Ok(Some(mut r)) = me.store.get(&k) {
+            if let Some(mut r) = me.store.get(&k) {
                 if let Some(dp) = me.datapath.get().cloned() {
                     let record = r.clone();
                     let switched = tokio::task::spawn_blocking(move || dp.switch(&record))
@@ -192,6 +192,32 @@ impl EndpointManager {
         }
     }
 
+    /// Regenerates, for `reason`, every ready endpoint that `stale` picks (its policy
+    /// changed with the policies or the identities) and that has no regeneration under
+    /// way: one under way switches with the policy as it is when its wait ends.
+    /// Returns how many.
+    pub fn regenerate_where(
+        self: &Arc<Self>,
+        reason: RegenerationReason,
+        mut stale: impl FnMut(&Record) -> bool,
+    ) -> usize {
+        let waiting: BTreeSet<String> = self
+            .waits
+            .lock()
+            .expect("waits lock")
+            .keys()
+            .cloned()
+            .collect();
+        let mut regenerated = 0;
+        for r in self.store.records() {
+            if r.phase == Phase::Ready && !waiting.contains(&r.key) && stale(&r) {
+                self.regenerate(&r, reason);
+                regenerated += 1;
+            }
+        }
+        regenerated
+    }
+
     /// Ends the regeneration of `key` under way, if any.
     fn stop_regeneration(&self, key: &str) {
         if let Some((task, _)) = self.waits.lock().expect("waits lock").remove(key) {
@@ -205,7 +231,7 @@ impl EndpointManager {
     /// lease. Returns the restored endpoints.
     pub async fn restore(self: &Arc<Self>) -> Vec<Record> {
         let _op = self.ops.lock().await;
-        let (records, unreadable) = self.store.all();
+        let (records, unreadable) = self.store.read_all();
         for (path, reason) in unreadable {
             tracing::warn!(path = %path.display(), reason, "unreadable endpoint record skipped");
         }
@@ -243,7 +269,7 @@ impl EndpointManager {
             }),
             Command::Del => {
                 let key = key(&call);
-                let record = self.record(&key)?;
+                let record = self.store.get(&key);
                 self.undo(&key, record.as_ref()).await?;
                 Ok(CniAnswer::default())
             }
@@ -260,12 +286,6 @@ impl EndpointManager {
         }
     }
 
-    fn record(&self, key: &str) -> Result<Option<Record>, Failure> {
-        self.store
-            .get(key)
-            .map_err(|e| Failure::new(5, "cannot read the endpoint's record", e.to_string()))
-    }
-
     fn persist(&self, record: &Record) -> Result<(), Failure> {
         self.store
             .put(record)
@@ -275,7 +295,7 @@ impl EndpointManager {
     async fn add(self: &Arc<Self>, call: &CniCall) -> Result<CNIResult, Failure> {
         let key = key(call);
         let netns = PathBuf::from(call.netns.clone().unwrap_or_default());
-        if let Some(r) = self.record(&key)? {
+        if let Some(r) = self.store.get(&key) {
             if r.phase == Phase::Ready && r.netns == netns {
                 return Ok(self.result(&r));
             }
@@ -450,7 +470,7 @@ impl EndpointManager {
 
     async fn check(&self, call: &CniCall) -> Result<(), Failure> {
         let key = key(call);
-        let Some(record) = self.record(&key)?.filter(|r| r.phase == Phase::Ready) else {
+        let Some(record) = self.store.get(&key).filter(|r| r.phase == Phase::Ready) else {
             return Err(Failure::new(3, "no such endpoint", key));
         };
         if let Some(prev) = &call.config.prev_result {
@@ -483,7 +503,7 @@ impl EndpointManager {
             .flatten()
             .map(|a| format!("{}/{}", a.container_id, a.ifname))
             .collect();
-        let (records, _) = self.store.all();
+        let records = self.store.records();
         let mut known = BTreeSet::new();
         for r in records {
             if valid.contains(&r.key) {

@@ -4,8 +4,10 @@
 
 use super::link::Attachment;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// Where an endpoint is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,20 +52,29 @@ pub struct Record {
     pub regeneration: Option<super::regeneration::Regeneration>,
 }
 
-/// The records of one agent.
+/// The records of one agent: on disk, and mirrored in memory for the readers (a
+/// listing, every policy change) so that only writes touch the disk.
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    memory: Arc<Mutex<BTreeMap<String, Record>>>,
 }
 
 impl Store {
-    /// Records in `dir` (created when missing).
+    /// Records in `dir` (created when missing), read once.
     ///
     /// # Errors
     /// When the directory cannot be created.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        Ok(Self { dir: dir.into() })
+        let store = Self {
+            dir: dir.into(),
+            memory: Arc::default(),
+        };
+        let (records, _) = store.read_all();
+        *store.memory.lock().expect("records lock") =
+            records.into_iter().map(|r| (r.key.clone(), r)).collect();
+        Ok(store)
     }
 
     fn path(&self, key: &str) -> PathBuf {
@@ -77,21 +88,17 @@ impl Store {
     /// When it cannot be written.
     pub fn put(&self, record: &Record) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(record).expect("a record serialises");
-        crate::fsutil::write_atomically(&self.path(&record.key), &bytes, 0o600)
+        crate::fsutil::write_atomically(&self.path(&record.key), &bytes, 0o600)?;
+        self.memory
+            .lock()
+            .expect("records lock")
+            .insert(record.key.clone(), record.clone());
+        Ok(())
     }
 
     /// The record of `key`, if any.
-    ///
-    /// # Errors
-    /// When it exists but cannot be read or decoded.
-    pub fn get(&self, key: &str) -> std::io::Result<Option<Record>> {
-        match std::fs::read(self.path(key)) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(std::io::Error::other),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+    pub fn get(&self, key: &str) -> Option<Record> {
+        self.memory.lock().expect("records lock").get(key).cloned()
     }
 
     /// Removes the record of `key`; nothing when there is none.
@@ -100,13 +107,26 @@ impl Store {
     /// When it cannot be removed.
     pub fn remove(&self, key: &str) -> std::io::Result<()> {
         match std::fs::remove_file(self.path(key)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
         }
+        self.memory.lock().expect("records lock").remove(key);
+        Ok(())
     }
 
-    /// Every record; an unreadable file is reported with its path and skipped.
-    pub fn all(&self) -> (Vec<Record>, Vec<(PathBuf, String)>) {
+    /// Every record, by key.
+    pub fn records(&self) -> Vec<Record> {
+        self.memory
+            .lock()
+            .expect("records lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Every record as the disk has it; an unreadable file is reported with its path
+    /// and skipped.
+    pub fn read_all(&self) -> (Vec<Record>, Vec<(PathBuf, String)>) {
         let (mut ok, mut bad) = (Vec::new(), Vec::new());
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return (ok, bad);

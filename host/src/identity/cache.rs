@@ -6,12 +6,25 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Every identity this node knows, by number.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct IdentityCache {
     /// Identities allocated by the local kvstore (this cluster's).
     local_cluster: HashMap<u32, Arc<Labels>>,
     /// Per remote cluster: its identities.
     remote: HashMap<String, HashMap<u32, Arc<Labels>>>,
+    /// Counts the changes: what depends on the identities (endpoints' policies)
+    /// watches it instead of polling.
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for IdentityCache {
+    fn default() -> Self {
+        Self {
+            local_cluster: HashMap::new(),
+            remote: HashMap::new(),
+            changes: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 /// How many identities of each kind are known.
@@ -36,32 +49,53 @@ impl IdentityCache {
             .cloned()
     }
 
-    /// Every identity known, reserved ones included, with its labels.
-    pub fn all(&self) -> std::collections::BTreeMap<u32, Labels> {
+    /// Every identity known, reserved ones included, with its labels (shared, not
+    /// copied).
+    pub fn all(&self) -> std::collections::BTreeMap<u32, Arc<Labels>> {
         Reserved::ALL
             .iter()
-            .map(|r| (r.id(), (*r.labels()).clone()))
-            .chain(
-                self.local_cluster
-                    .iter()
-                    .map(|(id, l)| (*id, (**l).clone())),
-            )
+            .map(|r| (r.id(), r.labels()))
+            .chain(self.local_cluster.iter().map(|(id, l)| (*id, l.clone())))
             .chain(
                 self.remote
                     .values()
-                    .flat_map(|ids| ids.iter().map(|(id, l)| (*id, (**l).clone()))),
+                    .flat_map(|ids| ids.iter().map(|(id, l)| (*id, l.clone()))),
             )
             .collect()
     }
 
+    /// A receiver that sees a new value after every change to the identities.
+    ///
+    /// # Example
+    /// ```
+    /// use weft::identity::IdentityCache;
+    ///
+    /// let mut cache = IdentityCache::default();
+    /// let mut changes = cache.subscribe();
+    /// cache.upsert_local_cluster(65_800, "k8s:app=web;".parse().unwrap());
+    /// assert!(changes.has_changed().unwrap());
+    /// ```
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
     /// Adds or replaces an identity of this cluster.
     pub fn upsert_local_cluster(&mut self, id: u32, labels: Labels) {
-        self.local_cluster.insert(id, Arc::new(labels));
+        let labels = Arc::new(labels);
+        if self.local_cluster.insert(id, labels.clone()) != Some(labels) {
+            self.changed();
+        }
     }
 
     /// Removes an identity of this cluster.
     pub fn remove_local_cluster(&mut self, id: u32) {
-        self.local_cluster.remove(&id);
+        if self.local_cluster.remove(&id).is_some() {
+            self.changed();
+        }
     }
 
     /// Adds or replaces an identity of remote `cluster`, whose ID is `cluster_id` when
@@ -92,26 +126,39 @@ impl IdentityCache {
                 expected,
             });
         }
-        self.remote
+        let labels = Arc::new(labels);
+        let old = self
+            .remote
             .entry(cluster.to_owned())
             .or_default()
-            .insert(id, Arc::new(labels));
+            .insert(id, labels.clone());
+        if old != Some(labels) {
+            self.changed();
+        }
         Ok(())
     }
 
     /// Removes an identity of remote `cluster`.
     pub fn remove_remote(&mut self, cluster: &str, id: u32) {
-        if let Some(ids) = self.remote.get_mut(cluster) {
-            ids.remove(&id);
-            if ids.is_empty() {
-                self.remote.remove(cluster);
-            }
+        let Some(ids) = self.remote.get_mut(cluster) else {
+            return;
+        };
+        let removed = ids.remove(&id).is_some();
+        if ids.is_empty() {
+            self.remote.remove(cluster);
+        }
+        if removed {
+            self.changed();
         }
     }
 
     /// Removes every identity of remote `cluster`; returns how many.
     pub fn remove_cluster(&mut self, cluster: &str) -> usize {
-        self.remote.remove(cluster).map_or(0, |ids| ids.len())
+        let removed = self.remote.remove(cluster).map_or(0, |ids| ids.len());
+        if removed > 0 {
+            self.changed();
+        }
+        removed
     }
 
     /// How many identities of each kind are known.

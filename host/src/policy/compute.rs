@@ -6,6 +6,7 @@
 use super::rule::{Peer, Policy, PortRange};
 use crate::model::Labels;
 use serde::{Deserialize, Serialize};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One allowed flow: from (ingress) or to (egress) `identity`, on `ports`. Identity 0
@@ -58,11 +59,11 @@ fn admits(allows: &BTreeSet<Allow>, identity: u32, protocol: u8, port: u16) -> b
 }
 
 /// The policy of the endpoint labelled `endpoint`, given `policies` and every known
-/// identity with its labels.
-pub fn compute(
+/// identity with its labels (owned, or shared as the identity cache holds them).
+pub fn compute<L: Borrow<Labels>>(
     policies: &[Policy],
     endpoint: &Labels,
-    identities: &BTreeMap<u32, Labels>,
+    identities: &BTreeMap<u32, L>,
 ) -> EndpointPolicy {
     let mut out = EndpointPolicy::default();
     for p in policies.iter().filter(|p| p.subject.matches(endpoint)) {
@@ -83,11 +84,11 @@ pub fn compute(
     out
 }
 
-fn allow(
+fn allow<L: Borrow<Labels>>(
     into: &mut BTreeSet<Allow>,
     peers: &[Peer],
     ports: &[PortRange],
-    identities: &BTreeMap<u32, Labels>,
+    identities: &BTreeMap<u32, L>,
 ) {
     let mut ids = BTreeSet::new();
     if peers.is_empty() {
@@ -104,7 +105,7 @@ fn allow(
             Peer::Endpoints(selector) => ids.extend(
                 identities
                     .iter()
-                    .filter(|(_, labels)| selector.matches(labels))
+                    .filter(|(_, labels)| selector.matches((*labels).borrow()))
                     .map(|(id, _)| *id),
             ),
         }
