@@ -672,6 +672,8 @@ struct EndpointSwitch {
     policies: watch::Receiver<Arc<PolicySet>>,
     /// What each switched endpoint's maps hold.
     written: std::sync::Mutex<std::collections::HashMap<String, EndpointEntries>>,
+    /// The inputs last read, and the policies computed from them.
+    snapshot: std::sync::Mutex<Option<PolicySnapshot>>,
 }
 
 /// An endpoint's datapath entries: its host side's ifindex and name, its info and its
@@ -683,8 +685,16 @@ type EndpointEntries = (
     std::collections::BTreeSet<crate::datapath::PolicyKey>,
 );
 
-/// Every identity, shared with the identity cache.
-type Identities = BTreeMap<u32, Arc<crate::model::Labels>>;
+/// The identities (at one version of the cache) and the policies, and the endpoint
+/// policies computed from them by labels: many endpoints switched after a restart
+/// share one copy of 50,000 identities, and endpoints with the same labels one
+/// computation.
+struct PolicySnapshot {
+    version: u64,
+    policies: Arc<PolicySet>,
+    identities: BTreeMap<u32, Arc<crate::model::Labels>>,
+    computed: std::collections::HashMap<String, crate::policy::EndpointPolicy>,
+}
 
 /// How long changes gather before the endpoints are looked at: a cluster's identities
 /// arrive in a burst, and one round serves the whole burst.
@@ -701,35 +711,17 @@ impl EndpointSwitch {
             state,
             policies,
             written: Default::default(),
+            snapshot: Default::default(),
         }
     }
 
-    /// The identities and policies as they are now: read once for many endpoints.
-    fn inputs(&self) -> (Identities, Arc<PolicySet>) {
-        let identities = self.state.identities.lock().expect("identities lock").all();
-        (identities, self.policies.borrow().clone())
-    }
-
-    /// `r`'s entries, its policy computed once per distinct labels in `computed`.
-    fn entries(
-        r: &crate::endpoint::store::Record,
-        identities: &Identities,
-        set: &PolicySet,
-        computed: &mut std::collections::HashMap<String, crate::policy::EndpointPolicy>,
-    ) -> Result<EndpointEntries, String> {
+    /// `r`'s entries under the policies and identities as they are now.
+    fn entries(&self, r: &crate::endpoint::store::Record) -> Result<EndpointEntries, String> {
         let a = r
             .attachment
             .as_ref()
             .ok_or("the endpoint has no interfaces")?;
-        let policy = match computed.get(&r.labels) {
-            Some(p) => p.clone(),
-            None => {
-                let labels: crate::model::Labels = r.labels.parse()?;
-                let p = crate::policy::compute(&set.policies, &labels, identities);
-                computed.insert(r.labels.clone(), p.clone());
-                p
-            }
-        };
+        let policy = self.policy(&r.labels)?;
         let (info, keys) = crate::datapath::policy_entries(
             a.host_ifindex,
             r.identity.unwrap_or_default(),
@@ -737,6 +729,34 @@ impl EndpointSwitch {
         )
         .map_err(|e| e.to_string())?;
         Ok((a.host_ifindex, a.host_ifname.clone(), info, keys))
+    }
+
+    /// The policy of an endpoint labelled `labels`, from the snapshot, which is read
+    /// again only when the identities or the policies changed.
+    fn policy(&self, labels: &str) -> Result<crate::policy::EndpointPolicy, String> {
+        let policies = self.policies.borrow().clone();
+        let mut snapshot = self.snapshot.lock().expect("snapshot lock");
+        let current = {
+            let ids = self.state.identities.lock().expect("identities lock");
+            let version = ids.version();
+            match snapshot.take() {
+                Some(s) if s.version == version && Arc::ptr_eq(&s.policies, &policies) => s,
+                _ => PolicySnapshot {
+                    version,
+                    policies,
+                    identities: ids.all(),
+                    computed: Default::default(),
+                },
+            }
+        };
+        let s = snapshot.insert(current);
+        if let Some(p) = s.computed.get(labels) {
+            return Ok(p.clone());
+        }
+        let parsed: crate::model::Labels = labels.parse()?;
+        let p = crate::policy::compute(&s.policies.policies, &parsed, &s.identities);
+        s.computed.insert(labels.to_owned(), p.clone());
+        Ok(p)
     }
 
     /// Regenerates every switched endpoint whose entries the policies or the
@@ -764,11 +784,9 @@ impl EndpointSwitch {
             tokio::time::sleep(POLICY_BATCH).await;
             policies.mark_unchanged();
             identities.mark_unchanged();
-            let (ids, set) = self.inputs();
-            let mut computed = std::collections::HashMap::new();
             let written = self.written.lock().expect("written lock").clone();
             let regenerated = manager.regenerate_where(reason, |r| {
-                Self::entries(r, &ids, &set, &mut computed)
+                self.entries(r)
                     .is_ok_and(|e| written.get(&r.key) != Some(&e))
             });
             if regenerated > 0 {
@@ -784,8 +802,7 @@ impl EndpointSwitch {
 
 impl crate::endpoint::regeneration::EndpointDatapath for EndpointSwitch {
     fn switch(&self, record: &crate::endpoint::store::Record) -> Result<(), String> {
-        let (identities, set) = self.inputs();
-        let entries = Self::entries(record, &identities, &set, &mut Default::default())?;
+        let entries = self.entries(record)?;
         let (ifindex, name, info, keys) = &entries;
         self.node
             .switch_endpoint(name, *ifindex, *info, keys)

@@ -1,7 +1,8 @@
 //! Identities allocated in a real etcd in the established allocator layout: two nodes
 //! asking for the same labels at once get one id; the master key holds the labels,
 //! each user node has its leased value key; the id goes when its last user releases
-//! it, or when the users' leases expire and the collector runs.
+//! it, or when the users' leases expire and the collector runs. A lock held the
+//! established agent's way (an etcd mutex under `locks/<labels>/`) holds weft back.
 
 mod support;
 
@@ -80,7 +81,9 @@ async fn two_nodes_share_one_id_in_the_established_layout_and_the_last_release_f
         assert_eq!(raw(&etcd, &key).await, Some(ia.to_string()), "{key}");
     }
     assert!(
-        raw(&etcd, &format!("{PREFIX}locks/{web}")).await.is_none(),
+        keys_under(&etcd, &format!("{PREFIX}locks/{web}/"))
+            .await
+            .is_empty(),
         "the lock is released"
     );
 
@@ -117,6 +120,78 @@ async fn two_nodes_share_one_id_in_the_established_layout_and_the_last_release_f
     // Freed, the lowest id is handed out again.
     let again = b.acquire(&labels("k8s:app=cache;")).await.unwrap();
     assert_eq!(again, ia);
+}
+
+async fn keys_under(etcd: &Etcd, prefix: &str) -> Vec<String> {
+    let mut c = etcd.client().await;
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_keys_only();
+    let resp = c.get(prefix, Some(options)).await.unwrap();
+    resp.kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_lock_held_the_established_agents_way_holds_an_allocation_back() {
+    let etcd = Etcd::start().await;
+    let a = Arc::new(node(&etcd, "node-a", 30).await);
+    let web = labels("k8s:app=web;");
+    let prefix = format!("{PREFIX}locks/{web}/");
+    // A Go agent's mutex: its key on its session's lease, created first.
+    let mut go = etcd.client().await;
+    let go_lease = go.lease_grant(30, None).await.unwrap().id();
+    let go_key = format!("{prefix}{go_lease:x}");
+    let options = etcd_client::PutOptions::new().with_lease(go_lease);
+    go.put(go_key.as_str(), "", Some(options)).await.unwrap();
+
+    let allocation = tokio::spawn({
+        let (a, web) = (a.clone(), web.clone());
+        async move { a.acquire(&web).await.unwrap() }
+    });
+    let keys = support::within(
+        "weft queues its key behind the Go agent's",
+        Duration::from_secs(10),
+        async {
+            loop {
+                let keys = keys_under(&etcd, &prefix).await;
+                if keys.len() == 2 {
+                    return keys;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
+    assert!(keys.contains(&go_key), "{keys:?}");
+    assert!(
+        !allocation.is_finished(),
+        "weft waits while the first key is the Go agent's"
+    );
+    assert!(
+        raw(&etcd, &format!("{PREFIX}value/{web}/node-a"))
+            .await
+            .is_none(),
+        "nothing allocated under another's lock"
+    );
+    go.delete(go_key.as_str(), None).await.unwrap();
+    let id = support::within(
+        "the allocation goes on",
+        Duration::from_secs(10),
+        allocation,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        raw(&etcd, &format!("{PREFIX}id/{id}")).await.as_deref(),
+        Some(web.to_string().as_str())
+    );
+    assert!(
+        keys_under(&etcd, &prefix).await.is_empty(),
+        "weft's key is gone too"
+    );
 }
 
 #[tokio::test]

@@ -43,7 +43,7 @@ use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::tc::SchedClassifierLink;
 use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{Ebpf, EbpfLoader};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -120,6 +120,10 @@ pub struct Datapath {
     root: PathBuf,
     config: Array<MapData, DatapathConfig>,
     current: Generation,
+    /// The program each pinned link runs, by link name: read from the pins once at
+    /// open, then kept by this value's switches and detaches, so that a switch does
+    /// not read every link again (a restart switches every endpoint).
+    linked: HashMap<String, u32>,
 }
 
 impl std::fmt::Debug for Datapath {
@@ -189,7 +193,11 @@ impl Datapath {
         let config = Array::try_from(config).map_err(|e| map_err(CONFIG_MAP, &e))?;
         program(&mut ebpf, &dir, TO_NETDEV)?;
         tracing::info!(root = %root.display(), generation = id, "datapath generation loaded");
-        Ok(Self {
+        let linked = links(root)
+            .iter()
+            .filter_map(|p| Some((p.file_name()?.to_str()?.to_owned(), link_program(p)?)))
+            .collect();
+        let mut datapath = Self {
             root: root.into(),
             config,
             current: Generation {
@@ -198,7 +206,10 @@ impl Datapath {
                 ipcache: Arc::new(Mutex::new(IpcacheMaps { hosts, prefixes })),
                 endpoints,
             },
-        })
+            linked,
+        };
+        datapath.release_unused();
+        Ok(datapath)
     }
 
     /// The bpffs directory.
@@ -270,6 +281,10 @@ impl Datapath {
         };
         let path = self.link_path(&endpoint.name);
         let program = self.program(name)?;
+        let program_id = program
+            .info()
+            .map_err(|e| bad(format!("program {name}: {e}")))?
+            .id();
         match PinnedLink::from_pin(&path) {
             Ok(pinned) => {
                 let link = SchedClassifierLink::try_from(FdLink::from(pinned))
@@ -292,7 +307,10 @@ impl Datapath {
             }
         }
         tracing::info!(endpoint = %endpoint.name, generation = self.current.id, "endpoint switched");
-        self.release_unused();
+        let before = self.linked.insert(endpoint.name.clone(), program_id);
+        if let Some(before) = before.filter(|b| *b != program_id) {
+            self.release_if_unused(before);
+        }
         Ok(())
     }
 
@@ -371,8 +389,31 @@ impl Datapath {
             endpoint: endpoint.into(),
             reason: e.to_string(),
         })?);
-        self.release_unused();
+        if let Some(before) = self.linked.remove(endpoint) {
+            self.release_if_unused(before);
+        }
         Ok(())
+    }
+
+    /// Releases the generation of `program` (no longer run by a link that ran it) if
+    /// no other link runs one of its programs and it is not the current one.
+    fn release_if_unused(&mut self, program: u32) {
+        let programs = program_generations(&self.root);
+        let Some(generation) = programs
+            .iter()
+            .find(|(_, p)| *p == program)
+            .map(|(g, _)| *g)
+        else {
+            return;
+        };
+        let still_used = self
+            .linked
+            .values()
+            .any(|p| programs.iter().any(|(g, q)| *g == generation && q == p));
+        if generation != self.current.id && !still_used {
+            let _ = std::fs::remove_dir_all(self.root.join(format!("gen-{generation}")));
+            tracing::info!(generation, "datapath generation released");
+        }
     }
 
     /// Unpins every generation other than the current one that no link runs; the

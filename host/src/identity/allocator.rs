@@ -9,12 +9,11 @@
 //! - an existing id is reused for the same labels; when the last node stops using
 //!   it, the master key is deleted.
 //!
-//! Allocations of the same labels are serialised across nodes by a lock key,
-//! `cilium/state/identities/v1/locks/<labels>`, created only if absent, on the node's
-//! lease (a crashed holder's lock goes with its lease). The established agent locks
-//! under `locks/<labels>/<lease>` instead; the two do not exclude each other, so a weft
-//! node and a Go node allocating the same new labels at the same instant could make
-//! two identities for them (each stays valid; the next allocation reuses one).
+//! Allocations of the same labels are serialised across nodes by the established
+//! agent's lock: an etcd mutex on `cilium/state/identities/v1/locks/<labels>/`. Each
+//! contender creates `<prefix><lease, hex>` on its node's lease; the key created first
+//! holds the lock, the others wait until it is gone (released, or gone with a crashed
+//! holder's lease). weft nodes and Go nodes of one cluster exclude each other.
 //!
 //! Ids are cluster-scoped: the cluster ID in bits 16–23, and 256–65535 below.
 
@@ -262,8 +261,10 @@ impl GlobalAllocator {
         })
     }
 
+    /// Takes the labels' lock (the etcd mutex recipe: our key created, then held once
+    /// it is the first created under the prefix); returns our key, to delete.
     async fn lock(&self, labels: &str) -> Result<String, Error> {
-        let key = format!("{PREFIX}locks/{labels}");
+        let prefix = format!("{PREFIX}locks/{labels}/");
         let lease = self
             .keys
             .current_lease()
@@ -272,23 +273,29 @@ impl GlobalAllocator {
                 labels: labels.to_owned(),
                 source,
             })?;
+        let key = format!("{prefix}{lease:x}");
+        let kv = |source| Error::Kvstore {
+            labels: labels.to_owned(),
+            source,
+        };
+        // Already there when this lease took it before and did not give it back.
+        self.client
+            .create(&key, self.node.clone().into_bytes(), lease)
+            .await
+            .map_err(kv)?;
         let deadline = tokio::time::Instant::now() + LOCK_WAIT;
         let mut pause = Duration::from_millis(20);
         loop {
-            let created = self
-                .client
-                .create(&key, self.node.clone().into_bytes(), lease)
-                .await
-                .map_err(|source| Error::Kvstore {
-                    labels: labels.to_owned(),
-                    source,
-                })?;
-            if created {
-                return Ok(key);
+            match self.client.first_created(&prefix).await.map_err(kv)? {
+                Some(first) if first != key => {}
+                // Ours first; or none, when ours went with a lost lease: the caller's
+                // writes then fail on that lease.
+                _ => return Ok(key),
             }
-            // Polled with back-off: a watch opened now could miss a release made
-            // between the failed create and its start.
+            // Polled with back-off rather than watched: a watch opened now could miss
+            // a release made between the read and its start.
             if tokio::time::Instant::now() + pause > deadline {
+                self.unlock(&key).await;
                 return Err(Error::Locked {
                     labels: labels.to_owned(),
                     waited: LOCK_WAIT,

@@ -79,6 +79,11 @@ impl IdentityCache {
         self.changes.subscribe()
     }
 
+    /// How many changes the identities have seen: equal values, equal identities.
+    pub fn version(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
     fn changed(&self) {
         self.changes.send_modify(|n| *n += 1);
     }

@@ -3,7 +3,7 @@
 use super::{Config, Error, Limits};
 use etcd_client::{
     Certificate, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, Identity, PutOptions,
-    TlsOptions, Txn, TxnOp, WatchOptions, WatchStream,
+    SortOrder, SortTarget, TlsOptions, Txn, TxnOp, WatchOptions, WatchStream,
 };
 use std::future::Future;
 use std::path::PathBuf;
@@ -175,6 +175,29 @@ impl Client {
             .call("create", key, |mut c| async move { c.txn(txn).await })
             .await?;
         Ok(resp.succeeded())
+    }
+
+    /// The key under `prefix` created first (lowest create revision), if any: the
+    /// holder of an etcd mutex on `prefix`.
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn first_created(&self, prefix: &str) -> Result<Option<String>, Error> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1)
+            .with_keys_only();
+        let key = prefix.to_owned();
+        let resp = self
+            .call("first created", prefix, |mut c| async move {
+                c.get(key, Some(options)).await
+            })
+            .await?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned()))
     }
 
     /// Every key under `prefix` with its value, read page by page at one revision.
