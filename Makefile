@@ -32,7 +32,8 @@ demo: deps plugins
 	$(CARGO) build -p weft --bin weftd --bin weft-wg
 	scripts/demo.sh
 
-## bench: the benchmarks of BENCHMARKS.md (mesh sync, ipcache, plugins, datapath, WireGuard).
+## bench: the benchmarks of BENCHMARKS.md (mesh sync, ipcache, plugins, datapath, WireGuard,
+## CNI, restart with endpoints).
 bench: deps plugins
 	$(CARGO) bench -p weft --bench mesh_sync
 	$(CARGO) bench -p weft --bench ipcache
@@ -40,6 +41,7 @@ bench: deps plugins
 	$(CARGO) bench -p weft --bench datapath
 	$(CARGO) bench -p weft --bench wireguard
 	$(CARGO) bench -p weft --bench cni
+	$(CARGO) bench -p weft --bench restart
 
 clean:
 	$(CARGO) clean
