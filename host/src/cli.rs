@@ -45,6 +45,56 @@ pub enum Command {
     /// Package plugins: signing keys, digests and signatures in manifests.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// A whole multi-cluster mesh on this machine: namespaces, etcd, agents, pods.
+    #[command(subcommand)]
+    Lab(LabCommand),
+}
+
+/// `weftd lab ...`.
+#[derive(Debug, Subcommand)]
+pub enum LabCommand {
+    /// Make a lab and bring it up: every cluster synced, every pod switched, then the
+    /// connectivity matrix. Exits non-zero when a cell is not as the policy says.
+    Up {
+        /// Clusters (1–9), each with its own etcd.
+        #[arg(long, default_value_t = 2)]
+        clusters: u8,
+        /// Nodes per cluster (1–9).
+        #[arg(long, default_value_t = 2)]
+        nodes: u8,
+        /// Pods per node (1–9); odd ones serve (`app=web`), even ones are clients.
+        #[arg(long, default_value_t = 2)]
+        pods: u8,
+        /// Where the shipped plugins' components are.
+        #[arg(long, default_value = "plugins/target/wasm32-wasip2/release")]
+        plugins: PathBuf,
+        /// Which lab.
+        #[command(flatten)]
+        at: LabAt,
+    },
+    /// The lab as its agents see it.
+    Status(LabAt),
+    /// Remove everything the lab made (also after a crash), from its state file.
+    Down(LabAt),
+}
+
+/// Which lab.
+#[derive(Debug, Args)]
+pub struct LabAt {
+    /// The lab's name (1–4 lowercase letters or digits): it prefixes its namespaces
+    /// and devices.
+    #[arg(long, default_value = "weft")]
+    pub name: String,
+    /// The directory labs live in; this one's is `<dir>/<name>`.
+    #[arg(long, default_value = "/var/run/weft-lab")]
+    pub dir: PathBuf,
+}
+
+impl LabAt {
+    /// This lab's directory.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(&self.name)
+    }
 }
 
 /// `weftd plugin ...`.

@@ -16,6 +16,7 @@ pub mod identity;
 pub mod ipcache;
 pub mod k8s;
 pub mod kvstore;
+pub mod lab;
 pub mod model;
 pub mod netlink;
 pub mod node;

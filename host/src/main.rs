@@ -4,7 +4,8 @@
 use anyhow::Context as _;
 use clap::Parser as _;
 use weft::cli::{
-    self, Cli, Command, EndpointCommand, IpcacheCommand, LogFormat, Output, PluginCommand,
+    self, Cli, Command, EndpointCommand, IpcacheCommand, LabCommand, LogFormat, Output,
+    PluginCommand,
 };
 
 #[tokio::main]
@@ -116,6 +117,42 @@ async fn main() -> anyhow::Result<()> {
             print!("{verdict}");
             if !verdict.accepted {
                 std::process::exit(1);
+            }
+        }
+        Command::Lab(LabCommand::Up {
+            clusters,
+            nodes,
+            pods,
+            plugins,
+            at,
+        }) => {
+            let spec = weft::lab::spec::Spec {
+                name: at.name.clone(),
+                clusters,
+                nodes,
+                pods,
+                dir: at.path(),
+            };
+            let programs = weft::lab::up::Programs::beside_this(plugins)?;
+            let fine = weft::lab::up(&spec, &programs, &mut std::io::stdout())
+                .await
+                .with_context(|| {
+                    format!(
+                        "the lab is left as it is: `weftd lab down --name {} --dir {}` removes it",
+                        at.name,
+                        at.dir.display()
+                    )
+                })?;
+            if !fine {
+                anyhow::bail!("the connectivity matrix is not as the policy says");
+            }
+        }
+        Command::Lab(LabCommand::Status(at)) => {
+            print!("{}", weft::lab::status(&at.path()).await?);
+        }
+        Command::Lab(LabCommand::Down(at)) => {
+            for line in weft::lab::down(&at.path())? {
+                println!("{line}");
             }
         }
         Command::ClusterConfig(args) => {

@@ -1,0 +1,67 @@
+//! The lab's processes: etcd per cluster and `weftd` per node, started in a process
+//! group of their own (the lab outlives the command that made it), their output in a
+//! log file; stopped only while their command line still names the lab.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Starts `cmd` detached, stdout and stderr to `log`: its pid.
+///
+/// # Errors
+/// When the log cannot be opened or the program cannot start.
+pub fn spawn(mut cmd: Command, log: &Path) -> std::io::Result<i32> {
+    use std::os::unix::process::CommandExt as _;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0)
+        .spawn()?;
+    i32::try_from(child.id()).map_err(std::io::Error::other)
+}
+
+/// Whether `pid` runs with `marker` in its command line (and is not a zombie).
+pub fn runs(pid: i32, marker: &str) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(true);
+    !zombie && String::from_utf8_lossy(&cmdline).contains(marker)
+}
+
+/// Stops `pid` if it runs with `marker` in its command line: SIGTERM, then SIGKILL
+/// after `grace`. Whether it was the lab's to stop.
+pub fn stop(pid: i32, marker: &str, grace: Duration) -> bool {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    if pid <= 0 || !runs(pid, marker) {
+        return false;
+    }
+    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && runs(pid, marker) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if runs(pid, marker) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    true
+}
+
+/// A free TCP port on loopback (bound, then released for the process that uses it).
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

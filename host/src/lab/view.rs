@@ -1,0 +1,120 @@
+//! The lab as its agents see it: per node, from its agent's status and endpoint list;
+//! per cluster, one line (nodes up, remote clusters synced, endpoints switched,
+//! WireGuard peers and handshakes, pod routes).
+
+use super::spec::{NodeRef, Spec};
+
+/// One node, as its agent reports it; `None` fields: the agent does not answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeView {
+    /// Whether the agent answered.
+    pub up: bool,
+    /// Remote clusters with all four barriers released.
+    pub synced: usize,
+    /// Remote clusters known.
+    pub remotes: usize,
+    /// Endpoints whose regeneration ended with the endpoint switched.
+    pub switched: usize,
+    /// Endpoints.
+    pub endpoints: usize,
+    /// WireGuard peers with a node.
+    pub peers: usize,
+    /// Of those, with a handshake.
+    pub handshakes: usize,
+    /// Pod routes through the device.
+    pub routes: usize,
+}
+
+/// Reads node `n`'s agent.
+pub async fn node(spec: &Spec, n: NodeRef) -> NodeView {
+    let state_dir = spec.node_dir(n).join("state");
+    let Ok(status) = crate::api::fetch_status(&state_dir).await else {
+        return NodeView::default();
+    };
+    let endpoints = crate::api::fetch_endpoints(&state_dir)
+        .await
+        .unwrap_or_default();
+    let wg = status.wireguard.unwrap_or_default();
+    NodeView {
+        up: true,
+        synced: status
+            .clusters
+            .iter()
+            .filter(|c| {
+                c.synced.nodes && c.synced.ipcache && c.synced.identities && c.synced.services
+            })
+            .count(),
+        remotes: status.clusters.len(),
+        switched: endpoints
+            .iter()
+            .filter(|e| {
+                e.record
+                    .regeneration
+                    .as_ref()
+                    .is_some_and(|r| r.result != "waiting" && !r.result.contains("not switched"))
+            })
+            .count(),
+        endpoints: endpoints.len(),
+        peers: wg.peers.iter().filter(|p| p.node.is_some()).count(),
+        handshakes: wg
+            .peers
+            .iter()
+            .filter(|p| p.handshake_seconds_ago.is_some())
+            .count(),
+        routes: wg.routes.map_or(0, |r| r.installed.len()),
+    }
+}
+
+/// Every node's view, by node.
+pub async fn nodes(spec: &Spec) -> Vec<(NodeRef, NodeView)> {
+    let mut out = Vec::new();
+    for n in spec.nodes() {
+        out.push((n, node(spec, n).await));
+    }
+    out
+}
+
+/// Whether every node is up with every remote cluster synced, all its pods switched,
+/// a peer and a pod route for every other node.
+pub fn ready(spec: &Spec, views: &[(NodeRef, NodeView)]) -> bool {
+    let others = usize::from(spec.clusters) * usize::from(spec.nodes) - 1;
+    views.iter().all(|(_, v)| {
+        v.up && v.remotes == usize::from(spec.clusters) - 1
+            && v.synced == v.remotes
+            && v.endpoints == usize::from(spec.pods)
+            && v.switched == v.endpoints
+            && v.peers == others
+            && v.routes == others
+    })
+}
+
+/// One line per cluster.
+pub fn render(spec: &Spec, views: &[(NodeRef, NodeView)]) -> String {
+    let mut out = String::new();
+    for c in 1..=spec.clusters {
+        let of: Vec<&NodeView> = views
+            .iter()
+            .filter(|(n, _)| n.cluster == c)
+            .map(|(_, v)| v)
+            .collect();
+        let sum = |f: fn(&NodeView) -> usize| of.iter().map(|v| f(v)).sum::<usize>();
+        let nodes = of.len();
+        let remote = usize::from(spec.clusters) - 1;
+        let others = usize::from(spec.clusters) * usize::from(spec.nodes) - 1;
+        out.push_str(&format!(
+            "{:<9} agents {}/{nodes}  clusters synced {}/{}  endpoints switched {}/{}  peers {}/{} (handshakes {})  pod routes {}/{}\n",
+            Spec::cluster_name(c),
+            of.iter().filter(|v| v.up).count(),
+            sum(|v| v.synced),
+            remote * nodes,
+            sum(|v| v.switched),
+            usize::from(spec.pods) * nodes,
+            sum(|v| v.peers),
+            others * nodes,
+            sum(|v| v.handshakes),
+            sum(|v| v.routes),
+            others * nodes,
+        ));
+    }
+    out
+}

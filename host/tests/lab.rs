@@ -1,0 +1,195 @@
+//! `weftd lab` as an operator runs it: `up` brings a mesh of clusters to "every
+//! cluster synced, every pod switched" and measures the connectivity matrix with real
+//! TCP (clients reach every other node's web pod, web pods are denied by the policy);
+//! `status` shows it; `down` leaves no trace — also after `up` was killed half-way —
+//! and never removes what the lab did not make. Needs root, BPF and /dev/net/tun.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const WEFTD: &str = env!("CARGO_BIN_EXE_weftd");
+
+fn weftd(args: &[&str], dir: &Path) -> Output {
+    // weft-cni is looked for beside weftd.
+    support::cni::binary();
+    let plugins = support::plugin_wasm("regeneration_policy")
+        .parent()
+        .unwrap()
+        .to_owned();
+    let mut cmd = Command::new(WEFTD);
+    cmd.args(args).arg("--dir").arg(dir);
+    if args.first() == Some(&"lab") && args.get(1) == Some(&"up") {
+        cmd.arg("--plugins").arg(plugins);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A lab name unique to this test process.
+fn name(test: &str) -> String {
+    format!("{test}{}", std::process::id() % 100)
+}
+
+/// What of lab `name` (in `dir`) is left on the machine.
+fn traces(name: &str, dir: &Path) -> Vec<String> {
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with(&format!("{name}-")) {
+            left.push(format!("namespace {n}"));
+        }
+    }
+    let bpf = PathBuf::from(format!("/sys/fs/bpf/weft-lab-{name}"));
+    if bpf.exists() {
+        left.push(bpf.display().to_string());
+    }
+    for e in std::fs::read_dir("/var/run/wireguard")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with(&format!("{name}wg")) && n.ends_with(".sock") {
+            left.push(format!("WireGuard socket {n}"));
+        }
+    }
+    let marker = dir.to_string_lossy().into_owned();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if cmdline.contains(&marker) && !cmdline.contains("lab\0down") {
+            left.push(format!("process {}", cmdline.replace('\0', " ")));
+        }
+    }
+    if dir.join(name).exists() {
+        left.push(format!("{}", dir.join(name).display()));
+    }
+    left
+}
+
+#[test]
+fn a_lab_comes_up_with_its_matrix_and_goes_down_without_a_trace() {
+    if !support::wireguard_available("lab") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = name("lu");
+    let up = weftd(
+        &[
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--clusters",
+            "2",
+            "--nodes",
+            "2",
+        ],
+        dir.path(),
+    );
+    let out = text(&up);
+    let down = || weftd(&["lab", "down", "--name", &name], dir.path());
+    if !up.status.success() {
+        let _ = down();
+        panic!("lab up failed:\n{out}");
+    }
+    assert!(out.contains("every agent ready"), "{out}");
+    assert!(
+        out.contains("24 attempts: 12 reached, 12 denied by policy as expected, 0 not as expected"),
+        "{out}"
+    );
+    let status = text(&weftd(&["lab", "status", "--name", &name], dir.path()));
+    assert_eq!(status.matches(" running").count(), 6, "{status}");
+    assert_eq!(status.matches("clusters synced 2/2").count(), 2, "{status}");
+    let gone = down();
+    assert!(gone.status.success(), "{}", text(&gone));
+    assert_eq!(traces(&name, dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn down_removes_what_a_killed_up_made_and_nothing_it_did_not_make() {
+    if !support::wireguard_available("lab-crash") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = name("lc");
+    // `up` killed once its first agent runs.
+    support::cni::binary();
+    let plugins = support::plugin_wasm("regeneration_policy")
+        .parent()
+        .unwrap()
+        .to_owned();
+    let mut up = Command::new(WEFTD)
+        .args(["lab", "up", "--name", &name, "--nodes", "1", "--pods", "1"])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--plugins")
+        .arg(plugins)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let state = dir.path().join(&name).join("lab.json");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = std::fs::read_to_string(&state).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap_or_default();
+        let agent_runs = v["made"].as_array().is_some_and(|m| {
+            m.iter()
+                .any(|x| x["what"] == "weftd of c1n1" && x["pid"].as_i64() > Some(0))
+        });
+        if agent_runs {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "up made no agent within a minute"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    up.kill().unwrap();
+    up.wait().unwrap();
+    assert!(
+        !traces(&name, dir.path()).is_empty(),
+        "the killed up left parts"
+    );
+    let gone = weftd(&["lab", "down", "--name", &name], dir.path());
+    assert!(gone.status.success(), "{}", text(&gone));
+    assert_eq!(traces(&name, dir.path()), Vec::<String>::new());
+
+    // A namespace the lab would have made, made by someone else first: `up` stops
+    // there, and `down` leaves it.
+    let exact = format!("{name}-c1n1");
+    support::netns::ip(&["netns", "add", &exact]);
+    let failed = weftd(
+        &["lab", "up", "--name", &name, "--nodes", "1", "--pods", "1"],
+        dir.path(),
+    );
+    assert!(!failed.status.success());
+    assert!(
+        text(&failed).contains(&format!("namespace {exact}")),
+        "{}",
+        text(&failed)
+    );
+    let gone = weftd(&["lab", "down", "--name", &name], dir.path());
+    assert!(gone.status.success(), "{}", text(&gone));
+    assert!(
+        Path::new("/run/netns").join(&exact).exists(),
+        "the namespace the lab did not make is still there"
+    );
+    support::netns::ip(&["netns", "del", &exact]);
+    assert_eq!(traces(&name, dir.path()), Vec::<String>::new());
+}
