@@ -26,11 +26,22 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p weft --no-deps
 
-## demo: two clusters on loopback, one etcd and one weftd each; barriers go from
-## pending to synced in `weftd status`. Cleans up on exit.
+## demo: `weftd lab up` (2 clusters x 2 nodes x 2 pods: namespaces, etcd, weftd with
+## WireGuard, the BPF datapath and signed plugins, pods through weft-cni, the matrix),
+## `lab status`, the restart scenario and its control, then `lab down`. Needs root, as
+## the agent does. DEMO_HOLD=1 keeps the lab (remove it with `weftd lab down --name demo`).
 demo: deps plugins
 	$(CARGO) build -p weft --bin weftd --bin weft-wg
-	scripts/demo.sh
+	$(CARGO) build -p weft-cni
+	@W=target/debug/weftd; \
+	$$W lab down --name demo >/dev/null 2>&1 || true; \
+	$$W lab up --name demo && $$W lab status --name demo \
+	  && $$W lab scenario restart --name demo \
+	  && $$W lab scenario restart --control --name demo; \
+	s=$$?; \
+	if [ "$${DEMO_HOLD:-0}" = 1 ]; then echo "lab demo kept: weftd lab down --name demo"; \
+	else $$W lab down --name demo >/dev/null && echo "lab demo removed"; fi; \
+	exit $$s
 
 ## bench: the benchmarks of BENCHMARKS.md (mesh sync, ipcache, plugins, datapath, WireGuard,
 ## CNI, restart with endpoints).

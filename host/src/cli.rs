@@ -74,8 +74,28 @@ pub enum LabCommand {
     },
     /// The lab as its agents see it.
     Status(LabAt),
+    /// Run a scenario on the lab: one verdict line; exits non-zero when it fails.
+    Scenario {
+        /// The scenario.
+        #[arg(value_enum)]
+        scenario: LabScenario,
+        /// Run its control instead: the mechanism off, the failure shown.
+        #[arg(long)]
+        control: bool,
+        /// Which lab.
+        #[command(flatten)]
+        at: LabAt,
+    },
     /// Remove everything the lab made (also after a crash), from its state file.
     Down(LabAt),
+}
+
+/// The lab's scenarios.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LabScenario {
+    /// Streams across clusters survive a restart of the client's agent while the
+    /// remote etcd is frozen (control: a `proceed` regeneration policy).
+    Restart,
 }
 
 /// Which lab.

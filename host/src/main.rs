@@ -147,6 +147,18 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::bail!("the connectivity matrix is not as the policy says");
             }
         }
+        Command::Lab(LabCommand::Scenario {
+            scenario: weft::cli::LabScenario::Restart,
+            control,
+            at,
+        }) => {
+            let verdict =
+                weft::lab::scenario::restart(&at.path(), control, &mut std::io::stdout()).await?;
+            println!("{}", verdict.line);
+            if !verdict.passed {
+                std::process::exit(1);
+            }
+        }
         Command::Lab(LabCommand::Status(at)) => {
             print!("{}", weft::lab::status(&at.path()).await?);
         }

@@ -193,3 +193,46 @@ fn down_removes_what_a_killed_up_made_and_nothing_it_did_not_make() {
     support::netns::ip(&["netns", "del", &exact]);
     assert_eq!(traces(&name, dir.path()), Vec::<String>::new());
 }
+
+#[test]
+fn the_restart_scenario_passes_and_its_control_shows_the_disruption() {
+    if !support::wireguard_available("lab-restart") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = name("lr");
+    let up = weftd(&["lab", "up", "--name", &name, "--nodes", "1"], dir.path());
+    let scenario = |control: bool| {
+        let mut args = vec!["lab", "scenario", "restart", "--name", &name];
+        if control {
+            args.push("--control");
+        }
+        weftd(&args, dir.path())
+    };
+    let (run, control) = if up.status.success() {
+        (Some(scenario(false)), Some(scenario(true)))
+    } else {
+        (None, None)
+    };
+    let down = weftd(&["lab", "down", "--name", &name], dir.path());
+    assert!(up.status.success(), "{}", text(&up));
+    let (run, control) = (run.unwrap(), control.unwrap());
+    let (r, c) = (text(&run), text(&control));
+    assert!(run.status.success(), "{r}");
+    assert!(
+        r.contains("restart: PASS, nothing dropped — 1 streams, 0 errors"),
+        "{r}"
+    );
+    assert!(
+        r.contains("the restored client was waiting during the pause"),
+        "{r}"
+    );
+    assert!(control.status.success(), "{c}");
+    assert!(c.contains("disruption shown"), "{c}");
+    assert!(
+        c.contains("the restored client was proceeded during the pause"),
+        "{c}"
+    );
+    assert!(down.status.success(), "{}", text(&down));
+    assert_eq!(traces(&name, dir.path()), Vec::<String>::new());
+}

@@ -9,15 +9,17 @@
 //! - [`state`]: the state file, every part recorded before it is made;
 //! - [`netns`], [`underlay`], [`process`], [`pods`]: making the parts;
 //! - [`up`](mod@up), [`down`](mod@down): the lab's life; [`view`] and [`matrix`]: what it
-//!   shows.
+//!   shows; [`scenario`]: what it proves, each with its control run.
 
 pub mod down;
 pub mod matrix;
 pub mod netns;
 pub mod pods;
 pub mod process;
+pub mod scenario;
 pub mod spec;
 pub mod state;
+pub mod stream;
 pub mod underlay;
 pub mod up;
 pub mod view;

@@ -65,3 +65,38 @@ pub fn free_port() -> std::io::Result<u16> {
         .local_addr()?
         .port())
 }
+
+/// Restarts `pid` (if it runs with `marker`) as it was started: the same program and
+/// arguments, its output appended to `log`. Its new pid.
+///
+/// # Errors
+/// When it is not the lab's, or cannot start again.
+pub fn restart(pid: i32, marker: &str, log: &Path) -> std::io::Result<i32> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))?;
+    let args: Vec<std::ffi::OsString> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(a).to_owned())
+        .collect();
+    let Some((program, rest)) = args.split_first() else {
+        return Err(std::io::Error::other(format!(
+            "pid {pid} has no command line"
+        )));
+    };
+    if !stop(pid, marker, Duration::from_secs(5)) {
+        return Err(std::io::Error::other(format!("pid {pid} is not the lab's")));
+    }
+    let mut cmd = Command::new(program);
+    cmd.args(rest);
+    spawn(cmd, log)
+}
+
+/// Sends `signal` to `pid` if it runs with `marker` (SIGSTOP freezes an etcd, SIGCONT
+/// thaws it). Whether it was the lab's.
+pub fn signal(pid: i32, marker: &str, signal: nix::sys::signal::Signal) -> bool {
+    // A stopped process is still the lab's: check before stopping it only.
+    if signal != nix::sys::signal::Signal::SIGCONT && !runs(pid, marker) {
+        return false;
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).is_ok()
+}

@@ -42,9 +42,14 @@ impl Programs {
     }
 }
 
-/// The policy every cluster follows: `app=web` pods admit `app=client` pods of any
-/// cluster on the lab's port, and nothing else.
-const POLICY: &str = "apiVersion: cilium.io/v2
+/// The policies every cluster follows: `app=web` pods admit `app=client` pods of any
+/// cluster on the lab's port, and clients may reach web pods there and nothing else.
+/// Both sides judge by identity: a pod whose remote peer's identity is missing from
+/// its datapath drops the traffic (what the `restart` scenario shows).
+const POLICIES: [(&str, &str); 2] = [
+    (
+        "web.yaml",
+        "apiVersion: cilium.io/v2
 kind: CiliumNetworkPolicy
 metadata: {name: web-from-clients, namespace: lab}
 spec:
@@ -52,7 +57,25 @@ spec:
   ingress:
   - fromEndpoints: [{matchLabels: {app: client}}]
     toPorts: [{ports: [{port: '8080', protocol: TCP}]}]
-";
+",
+    ),
+    (
+        "client.yaml",
+        "apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: clients-to-web, namespace: lab}
+spec:
+  endpointSelector: {matchLabels: {app: client}}
+  egress:
+  - toEndpoints: [{matchLabels: {app: web}}]
+    toPorts: [{ports: [{port: '8080', protocol: TCP}]}]
+",
+    ),
+];
+
+/// The shipped components the lab keeps (in `<lab>/components`): the two every agent
+/// runs, and `critical_clusters` for the scenarios.
+pub const COMPONENTS: [&str; 3] = ["regeneration_policy", "sync_events", "critical_clusters"];
 
 /// The shipped plugins every agent runs, signed with the lab's key: (name, component,
 /// priority).
@@ -112,8 +135,9 @@ pub async fn make(spec: &Spec, programs: &Programs) -> Result<Vec<String>, LabEr
         urls.push(start_etcd(&mut state, c).await?);
     }
     let trusted = lab_key(spec)?;
+    keep_components(spec, programs)?;
     for c in 1..=spec.clusters {
-        cluster_files(spec, programs, c, &urls)?;
+        cluster_files(spec, c, &urls)?;
     }
     if spec.bpf_dir().exists() {
         return Err(step("the lab's bpffs directory")(format!(
@@ -215,7 +239,7 @@ fn lab_key(spec: &Spec) -> Result<PathBuf, LabError> {
 }
 
 /// Cluster `c`'s mesh directory (every other cluster), plugins (signed) and policy.
-fn cluster_files(spec: &Spec, programs: &Programs, c: u8, urls: &[String]) -> Result<(), LabError> {
+fn cluster_files(spec: &Spec, c: u8, urls: &[String]) -> Result<(), LabError> {
     let dir = spec.cluster_dir(c);
     let io = |what: &str| {
         let what = format!("{what} of {}", Spec::cluster_name(c));
@@ -235,31 +259,82 @@ fn cluster_files(spec: &Spec, programs: &Programs, c: u8, urls: &[String]) -> Re
     }
     let policies = dir.join("policies");
     std::fs::create_dir_all(&policies).map_err(io("policies"))?;
-    std::fs::write(policies.join("web.yaml"), POLICY).map_err(io("policies"))?;
+    for (file, policy) in POLICIES {
+        std::fs::write(policies.join(file), policy).map_err(io("policies"))?;
+    }
     let plugins = dir.join("plugins");
     std::fs::create_dir_all(&plugins).map_err(io("plugins"))?;
-    let key = crate::plugins::read_signing_key(&spec.dir.join("vendor.key"))
-        .map_err(|e| step("the lab's plugin key")(e.to_string()))?;
     for (name, component, priority) in PLUGINS {
+        install_plugin(spec, c, name, component, priority, "")?;
+    }
+    Ok(())
+}
+
+/// Copies the shipped components into the lab (`<lab>/components`).
+fn keep_components(spec: &Spec, programs: &Programs) -> Result<(), LabError> {
+    let dir = spec.dir.join("components");
+    std::fs::create_dir_all(&dir).map_err(|e| step("components")(e.to_string()))?;
+    for component in COMPONENTS {
         let wasm = programs.plugins.join(format!("{component}.wasm"));
-        std::fs::copy(&wasm, plugins.join(format!("{component}.wasm"))).map_err(|e| {
-            step(format!("plugin {name}"))(format!(
+        std::fs::copy(&wasm, dir.join(format!("{component}.wasm"))).map_err(|e| {
+            step(format!("plugin component {component}"))(format!(
                 "{}: {e} (build the plugins: make plugins)",
                 wasm.display()
             ))
         })?;
-        let manifest = plugins.join(format!("{name}.toml"));
-        std::fs::write(
-            &manifest,
-            format!(
-                "name = {name:?}\nversion = \"0.1.0\"\nwasm = \"{component}.wasm\"\nsha256 = \"\"\npriority = {priority}\n"
-            ),
-        )
-        .map_err(io("plugins"))?;
-        crate::plugins::seal(&manifest, Some(&key))
-            .map_err(|e| step(format!("plugin {name}"))(e.to_string()))?;
     }
     Ok(())
+}
+
+/// Installs the lab's `component` as plugin `name` of cluster `c`, sealed and signed
+/// with the lab's key: the manifest is renamed into place whole, as an operator's
+/// tooling would.
+///
+/// # Errors
+/// [`LabError::Step`] naming the plugin.
+pub fn install_plugin(
+    spec: &Spec,
+    c: u8,
+    name: &str,
+    component: &str,
+    priority: i32,
+    config: &str,
+) -> Result<(), LabError> {
+    let fail = |e: String| step(format!("plugin {name} of {}", Spec::cluster_name(c)))(e);
+    let plugins = spec.cluster_dir(c).join("plugins");
+    std::fs::create_dir_all(&plugins).map_err(|e| fail(e.to_string()))?;
+    std::fs::copy(
+        spec.dir
+            .join("components")
+            .join(format!("{component}.wasm")),
+        plugins.join(format!("{component}.wasm")),
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    let key = crate::plugins::read_signing_key(&spec.dir.join("vendor.key"))
+        .map_err(|e| fail(e.to_string()))?;
+    let staged = plugins.join(format!(".{name}.toml"));
+    std::fs::write(
+        &staged,
+        format!(
+            "name = {name:?}\nversion = \"0.1.0\"\nwasm = \"{component}.wasm\"\nsha256 = \"\"\npriority = {priority}\nconfig = {config:?}\n"
+        ),
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    crate::plugins::seal(&staged, Some(&key)).map_err(|e| fail(e.to_string()))?;
+    std::fs::rename(&staged, plugins.join(format!("{name}.toml"))).map_err(|e| fail(e.to_string()))
+}
+
+/// Removes plugin `name` of cluster `c` (its manifest: the agents unload it).
+///
+/// # Errors
+/// [`LabError::Step`] when the manifest cannot be removed.
+pub fn remove_plugin(spec: &Spec, c: u8, name: &str) -> Result<(), LabError> {
+    let manifest = spec
+        .cluster_dir(c)
+        .join("plugins")
+        .join(format!("{name}.toml"));
+    std::fs::remove_file(&manifest)
+        .map_err(|e| step(format!("removing plugin {name}"))(e.to_string()))
 }
 
 /// Makes node `n`: its namespace on the underlay, and its agent.

@@ -3,14 +3,13 @@
 //! and the parsing a check of "only WireGuard on the link" needs.
 
 use super::netns::Netns;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Sent in the clear by the pods; must never be seen on the link.
-pub const MARKER: &[u8] = b"WEFT-PLAINTEXT-MARKER";
+pub use weft::lab::stream::MARKER;
 
 /// Stops a WireGuard helper an agent started, even when the test fails.
 pub struct StopDevice(pub String);
@@ -23,73 +22,24 @@ impl Drop for StopDevice {
     }
 }
 
-/// A TCP stream from one namespace to a listener in another: the client writes the
-/// marker every 20 ms, the server notes when data arrives.
-pub struct Stream {
-    arrivals: Arc<Mutex<Vec<Instant>>>,
-    errors: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+/// The lab's stream ([`weft::lab::stream::Stream`]) between test namespaces.
+pub struct Stream(weft::lab::stream::Stream);
+
+impl std::ops::Deref for Stream {
+    type Target = weft::lab::stream::Stream;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Stream {
-    /// Listens on `to` in `server`, connects from `client` (the first SYN may wait for
-    /// a handshake; TCP retries) and starts writing.
+    /// Listens on `to` in `server`, connects from `client` and starts writing.
     pub fn open(client: &Netns, server: &Netns, to: SocketAddr) -> Stream {
-        let listener = server.run(move || TcpListener::bind(to).unwrap());
-        let mut client = client
-            .run(move || TcpStream::connect_timeout(&to, Duration::from_secs(20)))
-            .unwrap_or_else(|e| panic!("the client connects to {to}: {e}"));
-        let (mut server, _) = listener.accept().unwrap();
-        server
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let arrivals = Arc::new(Mutex::new(Vec::new()));
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let reader = {
-            let (arrivals, errors, stop) = (arrivals.clone(), errors.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while !stop.load(Ordering::Relaxed) {
-                    match server.read(&mut buf) {
-                        Ok(0) => {
-                            // The client closing at the end is no error.
-                            if !stop.load(Ordering::Relaxed) {
-                                let end = "the server saw the stream end".to_owned();
-                                errors.lock().unwrap().push(end);
-                            }
-                            return;
-                        }
-                        Ok(_) => arrivals.lock().unwrap().push(Instant::now()),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(e) => {
-                            errors.lock().unwrap().push(format!("server read: {e}"));
-                            return;
-                        }
-                    }
-                }
-            })
-        };
-        let writer = {
-            let (errors, stop) = (errors.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    if let Err(e) = client.write_all(MARKER) {
-                        errors.lock().unwrap().push(format!("client write: {e}"));
-                        return;
-                    }
-                    // The stream's pace, not a synchronisation.
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            })
-        };
-        Stream {
-            arrivals,
-            errors,
-            stop,
-            threads: vec![reader, writer],
-        }
+        Stream(
+            weft::lab::stream::Stream::open(&client.path(), &server.path(), to)
+                .unwrap_or_else(|e| panic!("the client connects to {to}: {e}")),
+        )
     }
 
     /// [`Stream::open`], then waits until data arrives.
@@ -101,33 +51,6 @@ impl Stream {
         })
         .await;
         stream
-    }
-
-    /// How many reads returned data after `t`.
-    pub fn arrived_since(&self, t: Instant) -> usize {
-        self.arrivals
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| **a > t)
-            .count()
-    }
-
-    /// The longest time without data between `from` and `to`.
-    pub fn longest_gap(&self, from: Instant, to: Instant) -> Duration {
-        let mut last = from;
-        let mut gap = Duration::ZERO;
-        for t in self
-            .arrivals
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|t| **t > from && **t <= to)
-        {
-            gap = gap.max(*t - last);
-            last = *t;
-        }
-        gap.max(to.saturating_duration_since(last))
     }
 
     /// Waits until data arrives again, then closes the stream, asserting that it saw
@@ -145,12 +68,8 @@ impl Stream {
     }
 
     /// Stops both ends: the errors either saw.
-    pub fn close(mut self) -> Vec<String> {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        self.errors.lock().unwrap().clone()
+    pub fn close(self) -> Vec<String> {
+        self.0.close()
     }
 }
 

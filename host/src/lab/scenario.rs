@@ -1,0 +1,252 @@
+//! Scenarios on a running lab, each ending with one verdict line and its figures, each
+//! with a control run that shows the failure the mechanism prevents.
+//!
+//! `restart`: long-running TCP streams from a client pod of cluster1's first node to
+//! the web pod of every cluster2 node (both ends under policy: each side judges the
+//! other by identity). cluster2's etcd is frozen for 10 s and, at the same moment, the
+//! client node's agent is restarted. Expected: no stream error and no gap, because the
+//! restored client endpoint keeps its datapath until cluster2's identities are back.
+//! The control runs the restarted agent with a regeneration policy plugin that lets
+//! every endpoint proceed: the client is switched to a datapath without cluster2's
+//! identities, and its packets are dropped until cluster2 thaws.
+
+use super::process;
+use super::spec::{NodeRef, PodRef, Spec, POD_PORT};
+use super::state::{LabState, Made};
+use super::stream::Stream;
+use super::LabError;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long cluster2's etcd stays frozen.
+pub const ETCD_PAUSE: Duration = Duration::from_secs(10);
+
+/// A gap in a stream at least this long means it was cut.
+pub const CUT: Duration = Duration::from_secs(2);
+
+/// The plugin the control installs.
+const PROCEED: &str = "proceed";
+
+/// A scenario's result.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// Whether the scenario showed what it should (for a control: the failure).
+    pub passed: bool,
+    /// One line with the figures.
+    pub line: String,
+}
+
+fn step(what: &str, reason: impl std::fmt::Display) -> LabError {
+    LabError::Step {
+        what: what.into(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The pid of the process the state records as `what`.
+fn pid_of(state: &LabState, what: &str) -> Result<i32, LabError> {
+    state
+        .made
+        .iter()
+        .find_map(|m| match m {
+            Made::Process { what: w, pid } if w == what => Some(*pid),
+            _ => None,
+        })
+        .ok_or_else(|| step(what, "not in the lab"))
+}
+
+/// Pod `p`'s address, as its agent lists it.
+async fn pod_ip(spec: &Spec, p: PodRef) -> Result<IpAddr, LabError> {
+    let state_dir = spec.node_dir(p.node).join("state");
+    let name = Spec::pod_name(p);
+    crate::api::fetch_endpoints(&state_dir)
+        .await
+        .map_err(|e| step(&format!("the agent of {}", Spec::node_name(p.node)), e))?
+        .into_iter()
+        .find(|e| e.record.pod_name == name)
+        .and_then(|e| e.record.addresses.first().copied())
+        .ok_or_else(|| step(&format!("pod {name}"), "not listed by its agent"))
+}
+
+/// The client's last regeneration: reason and result, once `done` says so.
+async fn regeneration(
+    spec: &Spec,
+    client: PodRef,
+    within: Duration,
+    done: impl Fn(&str, &str) -> bool,
+) -> Option<(String, String)> {
+    let state_dir = spec.node_dir(client.node).join("state");
+    let name = Spec::pod_name(client);
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(endpoints) = crate::api::fetch_endpoints(&state_dir).await {
+            let r = endpoints
+                .into_iter()
+                .find(|e| e.record.pod_name == name)
+                .and_then(|e| e.record.regeneration)
+                .map(|r| (r.reason, r.result));
+            if let Some((reason, result)) = r.filter(|(a, b)| done(a, b)) {
+                return Some((reason, result));
+            }
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs `restart` on the lab in `dir` (`control`: with the proceed plugin), telling
+/// `out` what happens.
+///
+/// # Errors
+/// [`LabError`] when the lab cannot run it (too small, not running).
+pub async fn restart(dir: &Path, control: bool, out: &mut impl Write) -> Result<Verdict, LabError> {
+    let mut state = LabState::read(&dir.join("lab.json"))?;
+    let spec = state.spec.clone();
+    if spec.clusters < 2 || spec.pods < 2 {
+        return Err(step(
+            "restart",
+            "needs 2 clusters or more and 2 pods per node or more (a client and a web pod)",
+        ));
+    }
+    let marker = spec.dir.to_string_lossy().into_owned();
+    let node = NodeRef {
+        cluster: 1,
+        node: 1,
+    };
+    let client = PodRef { node, pod: 2 };
+    let started = Instant::now();
+    let say = |out: &mut dyn Write, line: String| {
+        let _ = writeln!(out, "[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+    };
+    let client_ns = super::spec::netns_path(&spec.pod_netns(client));
+    let mut streams = Vec::new();
+    for n in 1..=spec.nodes {
+        let web = PodRef {
+            node: NodeRef {
+                cluster: 2,
+                node: n,
+            },
+            pod: 1,
+        };
+        let to = SocketAddr::new(pod_ip(&spec, web).await?, POD_PORT);
+        let server = super::spec::netns_path(&spec.pod_netns(web));
+        let (c, s) = (client_ns.clone(), server.clone());
+        let stream = tokio::task::spawn_blocking(move || Stream::open(&c, &s, to))
+            .await
+            .map_err(|e| step("a stream", e))?
+            .map_err(|e| step(&format!("a stream to {}", Spec::pod_name(web)), e))?;
+        streams.push((web, stream));
+    }
+    let opened = Instant::now();
+    let deadline = opened + Duration::from_secs(20);
+    while streams.iter().any(|(_, s)| s.arrived_since(opened) < 10) {
+        if Instant::now() > deadline {
+            return Err(step("the streams", "no data within 20 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    say(
+        out,
+        format!(
+            "{} streams from {} to cluster2's web pods flowing",
+            streams.len(),
+            Spec::pod_name(client)
+        ),
+    );
+    if control {
+        // Critical-clusters naming no cluster of the lab: every endpoint proceeds.
+        super::up::install_plugin(&spec, 1, PROCEED, "critical_clusters", 100, "none")?;
+        say(
+            out,
+            "control: cluster1 gets a regeneration policy that proceeds at once".into(),
+        );
+    }
+    let etcd = pid_of(&state, "etcd of cluster2")?;
+    let agent_what = format!("weftd of {}", Spec::node_name(node));
+    let agent = pid_of(&state, &agent_what)?;
+    let paused = Instant::now();
+    if !process::signal(etcd, &marker, nix::sys::signal::Signal::SIGSTOP) {
+        return Err(step("etcd of cluster2", "not running"));
+    }
+    say(out, format!("cluster2's etcd frozen for {ETCD_PAUSE:?}"));
+    let restarted = process::restart(agent, &marker, &spec.node_dir(node).join("weftd.log"))
+        .map_err(|e| step(&agent_what, e));
+    let restarted = match restarted {
+        Ok(pid) => pid,
+        Err(e) => {
+            process::signal(etcd, &marker, nix::sys::signal::Signal::SIGCONT);
+            return Err(e);
+        }
+    };
+    state.started(&agent_what, restarted)?;
+    say(out, format!("{agent_what} restarted (pid {restarted})"));
+    if regeneration(&spec, client, ETCD_PAUSE, |reason, _| reason == "restore")
+        .await
+        .is_none()
+    {
+        say(
+            out,
+            "the restarted agent did not list the client within the pause".into(),
+        );
+    }
+    tokio::time::sleep((paused + ETCD_PAUSE).saturating_duration_since(Instant::now())).await;
+    let during = regeneration(&spec, client, Duration::from_secs(2), |_, _| true).await;
+    process::signal(etcd, &marker, nix::sys::signal::Signal::SIGCONT);
+    say(
+        out,
+        format!(
+            "cluster2's etcd thawed; the restored client was {} during the pause",
+            during
+                .as_ref()
+                .map_or("not listed".to_owned(), |(_, result)| result.clone())
+        ),
+    );
+    let switched = regeneration(&spec, client, Duration::from_secs(60), |reason, result| {
+        reason == "restore" && result != "waiting"
+    })
+    .await;
+    let resumed = Instant::now();
+    let deadline = resumed + Duration::from_secs(30);
+    while streams.iter().any(|(_, s)| s.arrived_since(resumed) < 10) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let end = Instant::now();
+    let gap = streams
+        .iter()
+        .map(|(_, s)| s.longest_gap(paused, end))
+        .max()
+        .unwrap_or_default();
+    let mut errors = Vec::new();
+    let count = streams.len();
+    for (_, s) in streams {
+        errors.extend(s.close());
+    }
+    if control {
+        super::up::remove_plugin(&spec, 1, PROCEED)?;
+    }
+    let result = switched.map_or("not switched within 60 s".to_owned(), |(_, r)| r);
+    let passed = if control {
+        gap >= CUT
+    } else {
+        errors.is_empty() && gap < CUT
+    };
+    let line = format!(
+        "restart{}: {} — {count} streams, {} errors, longest gap {:.2} s (cut: {:.0} s or more); client endpoint {}",
+        if control { " (control: proceed)" } else { "" },
+        match (control, passed) {
+            (false, true) => "PASS, nothing dropped",
+            (false, false) => "FAIL, disrupted",
+            (true, true) => "disruption shown, as expected without the wait",
+            (true, false) => "FAIL, no disruption to show",
+        },
+        errors.len(),
+        gap.as_secs_f64(),
+        CUT.as_secs_f64(),
+        result,
+    );
+    Ok(Verdict { passed, line })
+}
