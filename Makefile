@@ -28,7 +28,8 @@ lint:
 
 ## demo: `weftd lab up` (2 clusters x 2 nodes x 2 pods: namespaces, etcd, weftd with
 ## WireGuard, the BPF datapath and signed plugins, pods through weft-cni, the matrix),
-## `lab status`, the restart scenario and its control, then `lab down`. Needs root, as
+## `lab status`, the restart scenario and its control (plotted to target/lab-restart*.svg),
+## then `lab down`. Needs root, as
 ## the agent does. DEMO_HOLD=1 keeps the lab (remove it with `weftd lab down --name demo`).
 demo: deps plugins
 	$(CARGO) build -p weft --bin weftd --bin weft-wg
@@ -36,8 +37,8 @@ demo: deps plugins
 	@W=target/debug/weftd; \
 	$$W lab down --name demo >/dev/null 2>&1 || true; \
 	$$W lab up --name demo && $$W lab status --name demo \
-	  && $$W lab scenario restart --name demo \
-	  && $$W lab scenario restart --control --name demo; \
+	  && $$W lab scenario restart --name demo --plot target/lab-restart.svg \
+	  && $$W lab scenario restart --control --name demo --plot target/lab-restart-control.svg; \
 	s=$$?; \
 	if [ "$${DEMO_HOLD:-0}" = 1 ]; then echo "lab demo kept: weftd lab down --name demo"; \
 	else $$W lab down --name demo >/dev/null && echo "lab demo removed"; fi; \

@@ -82,6 +82,9 @@ pub enum LabCommand {
         /// Run its control instead: the mechanism off, the failure shown.
         #[arg(long)]
         control: bool,
+        /// Draw the streams and the scenario's moments into this SVG file.
+        #[arg(long)]
+        plot: Option<PathBuf>,
         /// Which lab.
         #[command(flatten)]
         at: LabAt,

@@ -150,10 +150,16 @@ async fn main() -> anyhow::Result<()> {
         Command::Lab(LabCommand::Scenario {
             scenario: weft::cli::LabScenario::Restart,
             control,
+            plot,
             at,
         }) => {
-            let verdict =
-                weft::lab::scenario::restart(&at.path(), control, &mut std::io::stdout()).await?;
+            let verdict = weft::lab::scenario::restart(
+                &at.path(),
+                control,
+                plot.as_deref(),
+                &mut std::io::stdout(),
+            )
+            .await?;
             println!("{}", verdict.line);
             if !verdict.passed {
                 std::process::exit(1);

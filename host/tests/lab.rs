@@ -202,10 +202,14 @@ fn the_restart_scenario_passes_and_its_control_shows_the_disruption() {
     let dir = tempfile::tempdir().unwrap();
     let name = name("lr");
     let up = weftd(&["lab", "up", "--name", &name, "--nodes", "1"], dir.path());
+    let plot = dir.path().join("restart.svg");
+    let plot_arg = plot.to_string_lossy().into_owned();
     let scenario = |control: bool| {
         let mut args = vec!["lab", "scenario", "restart", "--name", &name];
         if control {
             args.push("--control");
+        } else {
+            args.extend(["--plot", &plot_arg]);
         }
         weftd(&args, dir.path())
     };
@@ -233,6 +237,16 @@ fn the_restart_scenario_passes_and_its_control_shows_the_disruption() {
         c.contains("the restored client was proceeded during the pause"),
         "{c}"
     );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    for moment in [
+        "cluster2&apos;s etcd frozen",
+        "agent restarted",
+        "cluster2&apos;s etcd thawed",
+        "cluster2&apos;s barriers released",
+        "client endpoint switched",
+    ] {
+        assert!(svg.contains(moment), "the plot marks {moment:?}");
+    }
     assert!(down.status.success(), "{}", text(&down));
     assert_eq!(traces(&name, dir.path()), Vec::<String>::new());
 }

@@ -14,6 +14,7 @@
 pub mod down;
 pub mod matrix;
 pub mod netns;
+pub mod plot;
 pub mod pods;
 pub mod process;
 pub mod scenario;

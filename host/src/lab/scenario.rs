@@ -99,11 +99,16 @@ async fn regeneration(
 }
 
 /// Runs `restart` on the lab in `dir` (`control`: with the proceed plugin), telling
-/// `out` what happens.
+/// `out` what happens; with `plot`, draws the streams and the scenario's moments there.
 ///
 /// # Errors
 /// [`LabError`] when the lab cannot run it (too small, not running).
-pub async fn restart(dir: &Path, control: bool, out: &mut impl Write) -> Result<Verdict, LabError> {
+pub async fn restart(
+    dir: &Path,
+    control: bool,
+    plot: Option<&Path>,
+    out: &mut impl Write,
+) -> Result<Verdict, LabError> {
     let mut state = LabState::read(&dir.join("lab.json"))?;
     let spec = state.spec.clone();
     if spec.clusters < 2 || spec.pods < 2 {
@@ -142,6 +147,7 @@ pub async fn restart(dir: &Path, control: bool, out: &mut impl Write) -> Result<
         streams.push((web, stream));
     }
     let opened = Instant::now();
+    let opened_at = std::time::SystemTime::now();
     let deadline = opened + Duration::from_secs(20);
     while streams.iter().any(|(_, s)| s.arrived_since(opened) < 10) {
         if Instant::now() > deadline {
@@ -169,6 +175,7 @@ pub async fn restart(dir: &Path, control: bool, out: &mut impl Write) -> Result<
     let agent_what = format!("weftd of {}", Spec::node_name(node));
     let agent = pid_of(&state, &agent_what)?;
     let paused = Instant::now();
+    let paused_at = std::time::SystemTime::now();
     if !process::signal(etcd, &marker, nix::sys::signal::Signal::SIGSTOP) {
         return Err(step("etcd of cluster2", "not running"));
     }
@@ -182,6 +189,7 @@ pub async fn restart(dir: &Path, control: bool, out: &mut impl Write) -> Result<
             return Err(e);
         }
     };
+    let restarted_at = Instant::now();
     state.started(&agent_what, restarted)?;
     say(out, format!("{agent_what} restarted (pid {restarted})"));
     if regeneration(&spec, client, ETCD_PAUSE, |reason, _| reason == "restore")
@@ -196,6 +204,7 @@ pub async fn restart(dir: &Path, control: bool, out: &mut impl Write) -> Result<
     tokio::time::sleep((paused + ETCD_PAUSE).saturating_duration_since(Instant::now())).await;
     let during = regeneration(&spec, client, Duration::from_secs(2), |_, _| true).await;
     process::signal(etcd, &marker, nix::sys::signal::Signal::SIGCONT);
+    let thawed = Instant::now();
     say(
         out,
         format!(
@@ -214,6 +223,10 @@ pub async fn restart(dir: &Path, control: bool, out: &mut impl Write) -> Result<
     while streams.iter().any(|(_, s)| s.arrived_since(resumed) < 10) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    if plot.is_some() {
+        // The aftermath, for the picture: not a synchronisation.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
     let end = Instant::now();
     let gap = streams
         .iter()
@@ -222,11 +235,50 @@ pub async fn restart(dir: &Path, control: bool, out: &mut impl Write) -> Result<
         .unwrap_or_default();
     let mut errors = Vec::new();
     let count = streams.len();
-    for (_, s) in streams {
+    let mut series = Vec::new();
+    for (web, s) in streams {
+        series.push(super::plot::Series {
+            name: format!("{} → {}", Spec::pod_name(client), Spec::pod_name(web)),
+            arrivals: s
+                .arrivals()
+                .iter()
+                .map(|a| a.duration_since(opened).as_secs_f64())
+                .collect(),
+        });
         errors.extend(s.close());
     }
     if control {
         super::up::remove_plugin(&spec, 1, PROCEED)?;
+    }
+    if let Some(path) = plot {
+        let since = |t: Instant| t.duration_since(opened).as_secs_f64();
+        let log = spec.node_dir(node).join("weftd.log");
+        let at = |t: std::time::SystemTime| {
+            t.duration_since(opened_at)
+                .unwrap_or_default()
+                .as_secs_f64()
+        };
+        let mut events: Vec<super::plot::Event> = vec![
+            (since(paused), "cluster2's etcd frozen".into()),
+            (since(restarted_at), "agent restarted".into()),
+            (since(thawed), "cluster2's etcd thawed".into()),
+        ];
+        let barriers = logged(&log, paused_at, &["barrier released", "\"cluster2\""]);
+        if let Some(t) = barriers.iter().max() {
+            events.push((at(*t), "cluster2's barriers released".into()));
+        }
+        let switches = logged(&log, paused_at, &["endpoint switched", "\"wft"]);
+        if let Some(t) = switches.iter().max() {
+            events.push((at(*t), "client endpoint switched".into()));
+        }
+        events.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let title = format!(
+            "restart{}: streams across a restart with cluster2's etcd frozen",
+            if control { " (control: proceed)" } else { "" }
+        );
+        super::plot::draw(path, &title, &series, &events, since(end))
+            .map_err(|e| step(&format!("plot {}", path.display()), e))?;
+        say(out, format!("plot written to {}", path.display()));
     }
     let result = switched.map_or("not switched within 60 s".to_owned(), |(_, r)| r);
     let passed = if control {
@@ -249,4 +301,22 @@ pub async fn restart(dir: &Path, control: bool, out: &mut impl Write) -> Result<
         result,
     );
     Ok(Verdict { passed, line })
+}
+
+/// When lines holding every needle were logged (the agent's JSON log at `path`), from
+/// `since` on.
+fn logged(
+    path: &Path,
+    since: std::time::SystemTime,
+    needles: &[&str],
+) -> Vec<std::time::SystemTime> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| needles.iter().all(|n| l.contains(n)))
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            humantime::parse_rfc3339_weak(v["timestamp"].as_str()?.trim_end_matches('Z')).ok()
+        })
+        .filter(|t| *t >= since)
+        .collect()
 }
