@@ -99,6 +99,9 @@ pub enum LabScenario {
     /// Streams across clusters survive a restart of the client's agent while the
     /// remote etcd is frozen (control: a `proceed` regeneration policy).
     Restart,
+    /// Endpoints waiting for a frozen cluster stop waiting as soon as it is removed
+    /// (control: not removed, the waits go on).
+    ClusterRemovedMidSync,
 }
 
 /// Which lab.

@@ -148,18 +148,21 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Lab(LabCommand::Scenario {
-            scenario: weft::cli::LabScenario::Restart,
+            scenario,
             control,
             plot,
             at,
         }) => {
-            let verdict = weft::lab::scenario::restart(
-                &at.path(),
-                control,
-                plot.as_deref(),
-                &mut std::io::stdout(),
-            )
-            .await?;
+            let dir = at.path();
+            let out = &mut std::io::stdout();
+            let verdict = match scenario {
+                weft::cli::LabScenario::Restart => {
+                    weft::lab::scenario::restart(&dir, control, plot.as_deref(), out).await?
+                }
+                weft::cli::LabScenario::ClusterRemovedMidSync => {
+                    weft::lab::scenario::cluster_removed(&dir, control, out).await?
+                }
+            };
             println!("{}", verdict.line);
             if !verdict.passed {
                 std::process::exit(1);

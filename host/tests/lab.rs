@@ -195,7 +195,7 @@ fn down_removes_what_a_killed_up_made_and_nothing_it_did_not_make() {
 }
 
 #[test]
-fn the_restart_scenario_passes_and_its_control_shows_the_disruption() {
+fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
     if !support::wireguard_available("lab-restart") {
         return;
     }
@@ -213,10 +213,28 @@ fn the_restart_scenario_passes_and_its_control_shows_the_disruption() {
         }
         weftd(&args, dir.path())
     };
-    let (run, control) = if up.status.success() {
-        (Some(scenario(false)), Some(scenario(true)))
+    let removed = |control: bool| {
+        let mut args = vec![
+            "lab",
+            "scenario",
+            "cluster-removed-mid-sync",
+            "--name",
+            &name,
+        ];
+        if control {
+            args.push("--control");
+        }
+        weftd(&args, dir.path())
+    };
+    let (run, control, removal, kept) = if up.status.success() {
+        (
+            Some(scenario(false)),
+            Some(scenario(true)),
+            Some(removed(false)),
+            Some(removed(true)),
+        )
     } else {
-        (None, None)
+        (None, None, None, None)
     };
     let down = weftd(&["lab", "down", "--name", &name], dir.path());
     assert!(up.status.success(), "{}", text(&up));
@@ -237,6 +255,13 @@ fn the_restart_scenario_passes_and_its_control_shows_the_disruption() {
         c.contains("the restored client was proceeded during the pause"),
         "{c}"
     );
+    let (removal, kept) = (removal.unwrap(), kept.unwrap());
+    let (r, k) = (text(&removal), text(&kept));
+    assert!(removal.status.success(), "{r}");
+    assert!(r.contains("PASS, the waits ended at once"), "{r}");
+    assert!(r.contains("synced (disconnected: cluster2)"), "{r}");
+    assert!(kept.status.success(), "{k}");
+    assert!(k.contains("still waiting"), "{k}");
     let svg = std::fs::read_to_string(&plot).unwrap();
     for moment in [
         "cluster2&apos;s etcd frozen",

@@ -320,3 +320,144 @@ fn logged(
         .filter(|t| *t >= since)
         .collect()
 }
+
+/// Runs `cluster-removed-mid-sync` on the lab in `dir`: cluster2's etcd is frozen and
+/// cluster1's first node's agent restarted, so its restored endpoints wait for
+/// cluster2; then cluster2 is removed from cluster1's mesh directory. Expected: the
+/// waits end at once, as disconnected, with no deadlock. The control leaves cluster2
+/// in place: the waits go on while it is frozen. Either way the lab is put back
+/// (cluster2 added again, thawed) and waited for.
+///
+/// # Errors
+/// [`LabError`] when the lab cannot run it.
+pub async fn cluster_removed(
+    dir: &Path,
+    control: bool,
+    out: &mut impl Write,
+) -> Result<Verdict, LabError> {
+    let mut state = LabState::read(&dir.join("lab.json"))?;
+    let spec = state.spec.clone();
+    if spec.clusters < 2 {
+        return Err(step("cluster-removed-mid-sync", "needs 2 clusters or more"));
+    }
+    let marker = spec.dir.to_string_lossy().into_owned();
+    let node = NodeRef {
+        cluster: 1,
+        node: 1,
+    };
+    let pod = PodRef { node, pod: 1 };
+    let started = Instant::now();
+    let say = |out: &mut dyn Write, line: String| {
+        let _ = writeln!(out, "[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+    };
+    let etcd = pid_of(&state, "etcd of cluster2")?;
+    let agent_what = format!("weftd of {}", Spec::node_name(node));
+    let agent = pid_of(&state, &agent_what)?;
+    if !process::signal(etcd, &marker, nix::sys::signal::Signal::SIGSTOP) {
+        return Err(step("etcd of cluster2", "not running"));
+    }
+    say(out, "cluster2's etcd frozen".into());
+    let thaw = |out: &mut dyn Write| {
+        process::signal(etcd, &marker, nix::sys::signal::Signal::SIGCONT);
+        say(out, "cluster2's etcd thawed".into());
+    };
+    let restarted = match process::restart(agent, &marker, &spec.node_dir(node).join("weftd.log")) {
+        Ok(pid) => pid,
+        Err(e) => {
+            thaw(out);
+            return Err(step(&agent_what, e));
+        }
+    };
+    state.started(&agent_what, restarted)?;
+    say(
+        out,
+        format!("{agent_what} restarted: its endpoints wait for cluster2"),
+    );
+    let waiting = regeneration(&spec, pod, Duration::from_secs(20), |reason, result| {
+        reason == "restore" && result == "waiting"
+    })
+    .await;
+    if waiting.is_none() {
+        thaw(out);
+        return Err(step(
+            "cluster-removed-mid-sync",
+            format!("{} never waited for cluster2", Spec::pod_name(pod)),
+        ));
+    }
+    let mesh_file = spec.cluster_dir(1).join("mesh").join(Spec::cluster_name(2));
+    let config = std::fs::read(&mesh_file).map_err(|e| step("cluster1's mesh directory", e))?;
+    let removed = Instant::now();
+    if !control {
+        std::fs::remove_file(&mesh_file).map_err(|e| step("cluster1's mesh directory", e))?;
+        say(
+            out,
+            "cluster2 removed from cluster1's mesh directory".into(),
+        );
+    } else {
+        say(
+            out,
+            "control: cluster2 stays in cluster1's mesh directory".into(),
+        );
+    }
+    // The removal's effect is bounded by the directory's rescan; the control watches
+    // for as long.
+    let ended = regeneration(&spec, pod, Duration::from_secs(5), |reason, result| {
+        reason == "restore" && result != "waiting"
+    })
+    .await;
+    let took = removed.elapsed();
+    if !control {
+        // Written whole under another name, then renamed: the agents see it at once.
+        let staged = mesh_file.with_extension("new");
+        std::fs::write(&staged, &config)
+            .and_then(|()| std::fs::rename(&staged, &mesh_file))
+            .map_err(|e| step("cluster1's mesh directory", e))?;
+        say(out, "cluster2 added back".into());
+    }
+    thaw(out);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if super::view::ready(&spec, &super::view::nodes(&spec).await) {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(step(
+                "cluster-removed-mid-sync",
+                "the lab did not come back within 60 s",
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    say(
+        out,
+        "the lab is back: every cluster synced, every pod switched".into(),
+    );
+    let result = ended.as_ref().map(|(_, r)| r.clone());
+    let passed = if control {
+        ended.is_none()
+    } else {
+        result
+            .as_deref()
+            .is_some_and(|r| r.contains("disconnected: cluster2"))
+    };
+    let line = format!(
+        "cluster-removed-mid-sync{}: {} — {} {}",
+        if control {
+            " (control: not removed)"
+        } else {
+            ""
+        },
+        match (control, passed) {
+            (false, true) => "PASS, the waits ended at once",
+            (false, false) => "FAIL, the waits did not end",
+            (true, true) => "the waits go on while the cluster is frozen, as expected",
+            (true, false) => "FAIL, a wait ended with the cluster frozen",
+        },
+        Spec::pod_name(pod),
+        match result {
+            Some(r) => format!("ended {:.2} s after: {r}", took.as_secs_f64()),
+            None => format!("still waiting {:.1} s after", took.as_secs_f64()),
+        }
+    );
+    Ok(Verdict { passed, line })
+}
