@@ -45,7 +45,7 @@ demo: deps plugins
 	exit $$s
 
 ## bench: the benchmarks of BENCHMARKS.md (mesh sync, ipcache, plugins, datapath, WireGuard,
-## CNI, restart with endpoints).
+## CNI, restart with endpoints, the lab).
 bench: deps plugins
 	$(CARGO) bench -p weft --bench mesh_sync
 	$(CARGO) bench -p weft --bench ipcache
@@ -54,6 +54,7 @@ bench: deps plugins
 	$(CARGO) bench -p weft --bench wireguard
 	$(CARGO) bench -p weft --bench cni
 	$(CARGO) bench -p weft --bench restart
+	$(CARGO) bench -p weft --bench lab
 
 clean:
 	$(CARGO) clean

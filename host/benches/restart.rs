@@ -1,6 +1,6 @@
 //! Restart benchmark: an agent with 100 endpoints (made through `weft-cni`, each under a
-//! policy that admits a remote cluster's clients) and a remote cluster of 50,000
-//! ipcache entries and 500 identities is killed and started again. Measured from the
+//! policy that admits a remote cluster's clients) and a remote cluster of 1,000 nodes,
+//! 50,000 ipcache entries and 500 identities is killed and started again. Measured from the
 //! restart, from the agent's own log: when the remote ipcache and identities are in
 //! (their barriers released: the baseline, the time the remote state takes to arrive)
 //! and when the last endpoint is switched to the new generation. Median of 3 rounds.
@@ -20,6 +20,7 @@ use support::{ip_json, Etcd};
 const PODS: usize = 100;
 const ENTRIES: u32 = 50_000;
 const IDENTITIES: u32 = 500;
+const NODES: u32 = 1_000;
 const ROUNDS: usize = 3;
 
 const POLICY: &str = "
@@ -33,7 +34,7 @@ spec:
     toPorts: [{ports: [{port: '80', protocol: TCP}]}]
 ";
 
-/// cluster2: 50,000 ipcache entries over 500 identities.
+/// cluster2: 1,000 nodes, 50,000 ipcache entries over 500 identities.
 async fn load(etcd: &Etcd) {
     let mut kv = Vec::new();
     for i in 0..ENTRIES {
@@ -49,6 +50,14 @@ async fn load(etcd: &Etcd) {
             format!(
                 "k8s:app=client-{i};k8s:io.cilium.k8s.policy.cluster=cluster2;k8s:io.kubernetes.pod.namespace=bench;"
             ),
+        ));
+    }
+    for i in 0..NODES {
+        let name = format!("node-{i}");
+        let ip = format!("172.16.{}.{}", i >> 8, i & 255);
+        kv.push((
+            format!("cilium/state/nodes/v1/cluster2/{name}"),
+            support::node_json("cluster2", 2, &name, &ip),
         ));
     }
     etcd.put_all(&kv).await;
@@ -146,7 +155,7 @@ async fn main() {
         .await;
         let log = agent.log();
         let log = &log[before..];
-        let remote = ["ipcache", "identities"]
+        let remote = ["nodes", "ipcache", "identities"]
             .iter()
             .map(|r| {
                 last_logged_at(log, &["barrier released", "cluster2", &format!("\"{r}\"")])
@@ -166,7 +175,7 @@ async fn main() {
     weft::datapath::Datapath::remove_all(&root);
     let (arrived, first, switched) = (median(arrived), median(firsts), median(switched));
     println!(
-        "restart with {PODS} endpoints and {ENTRIES} remote ipcache entries ({IDENTITIES} identities), median of {ROUNDS}"
+        "restart with {PODS} endpoints and {NODES} remote nodes, {ENTRIES} remote ipcache entries ({IDENTITIES} identities), median of {ROUNDS}"
     );
     println!("| measure | time from the restart | baseline (same run) | ratio |");
     println!("|---|---|---|---|");

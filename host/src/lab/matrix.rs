@@ -66,12 +66,18 @@ pub fn measure(spec: &Spec, ips: &BTreeMap<PodRef, IpAddr>) -> std::io::Result<V
             let ns = netns_path(&spec.pod_netns(from));
             attempts.push(std::thread::spawn(move || {
                 let addr = SocketAddr::new(ip, POD_PORT);
-                // An admitted flow may first wait for a WireGuard handshake: a second
-                // try, after TCP's own SYN retries.
-                let tries = if expected { 2 } else { 1 };
+                // An admitted flow may first wait for a WireGuard handshake: 3 s (TCP
+                // retries its SYN after 1 s), and a second try. A denied one needs no
+                // more than a second to show it is dropped: the handshakes of the
+                // admitted ones run at the same time.
+                let (tries, wait) = if expected {
+                    (2, Duration::from_secs(3))
+                } else {
+                    (1, Duration::from_secs(1))
+                };
                 let reached = (0..tries).any(|_| {
                     crate::datapath::in_netns(Some(&ns), || {
-                        TcpStream::connect_timeout(&addr, Duration::from_secs(3)).is_ok()
+                        TcpStream::connect_timeout(&addr, wait).is_ok()
                     })
                     .unwrap_or(false)
                 });

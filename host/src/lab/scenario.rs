@@ -36,6 +36,8 @@ pub struct Verdict {
     pub passed: bool,
     /// One line with the figures.
     pub line: String,
+    /// The longest gap of the scenario's streams, when it has streams.
+    pub gap: Option<Duration>,
 }
 
 fn step(what: &str, reason: impl std::fmt::Display) -> LabError {
@@ -98,6 +100,76 @@ async fn regeneration(
     }
 }
 
+/// Opens a stream from `client` to the web pod of every cluster2 node, and waits until
+/// each flows.
+async fn open_streams(spec: &Spec, client: PodRef) -> Result<Vec<(PodRef, Stream)>, LabError> {
+    let client_ns = super::spec::netns_path(&spec.pod_netns(client));
+    let mut streams = Vec::new();
+    for n in 1..=spec.nodes {
+        let web = PodRef {
+            node: NodeRef {
+                cluster: 2,
+                node: n,
+            },
+            pod: 1,
+        };
+        let to = SocketAddr::new(pod_ip(spec, web).await?, POD_PORT);
+        let server = super::spec::netns_path(&spec.pod_netns(web));
+        let c = client_ns.clone();
+        let stream = tokio::task::spawn_blocking(move || Stream::open(&c, &server, to))
+            .await
+            .map_err(|e| step("a stream", e))?
+            .map_err(|e| step(&format!("a stream to {}", Spec::pod_name(web)), e))?;
+        streams.push((web, stream));
+    }
+    let opened = Instant::now();
+    let deadline = opened + Duration::from_secs(20);
+    while streams.iter().any(|(_, s)| s.arrived_since(opened) < 10) {
+        if Instant::now() > deadline {
+            return Err(step("the streams", "no data within 20 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(streams)
+}
+
+/// The baseline of `restart`: the same streams for `duration` with nothing happening,
+/// their longest gap (what the restart's gap is compared with).
+///
+/// # Errors
+/// [`LabError`] when the lab cannot run it.
+pub async fn idle_gap(dir: &Path, duration: Duration) -> Result<Duration, LabError> {
+    let state = LabState::read(&dir.join("lab.json"))?;
+    let spec = &state.spec;
+    if spec.clusters < 2 || spec.pods < 2 {
+        return Err(step(
+            "restart",
+            "needs 2 clusters or more and 2 pods per node or more",
+        ));
+    }
+    let client = PodRef {
+        node: NodeRef {
+            cluster: 1,
+            node: 1,
+        },
+        pod: 2,
+    };
+    let streams = open_streams(spec, client).await?;
+    let from = Instant::now();
+    // The measurement's length: nothing to wait for.
+    tokio::time::sleep(duration).await;
+    let to = Instant::now();
+    let gap = streams
+        .iter()
+        .map(|(_, s)| s.longest_gap(from, to))
+        .max()
+        .unwrap_or_default();
+    for (_, s) in streams {
+        s.close();
+    }
+    Ok(gap)
+}
+
 /// Runs `restart` on the lab in `dir` (`control`: with the proceed plugin), telling
 /// `out` what happens; with `plot`, draws the streams and the scenario's moments there.
 ///
@@ -127,34 +199,9 @@ pub async fn restart(
     let say = |out: &mut dyn Write, line: String| {
         let _ = writeln!(out, "[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
     };
-    let client_ns = super::spec::netns_path(&spec.pod_netns(client));
-    let mut streams = Vec::new();
-    for n in 1..=spec.nodes {
-        let web = PodRef {
-            node: NodeRef {
-                cluster: 2,
-                node: n,
-            },
-            pod: 1,
-        };
-        let to = SocketAddr::new(pod_ip(&spec, web).await?, POD_PORT);
-        let server = super::spec::netns_path(&spec.pod_netns(web));
-        let (c, s) = (client_ns.clone(), server.clone());
-        let stream = tokio::task::spawn_blocking(move || Stream::open(&c, &s, to))
-            .await
-            .map_err(|e| step("a stream", e))?
-            .map_err(|e| step(&format!("a stream to {}", Spec::pod_name(web)), e))?;
-        streams.push((web, stream));
-    }
+    let streams = open_streams(&spec, client).await?;
     let opened = Instant::now();
     let opened_at = std::time::SystemTime::now();
-    let deadline = opened + Duration::from_secs(20);
-    while streams.iter().any(|(_, s)| s.arrived_since(opened) < 10) {
-        if Instant::now() > deadline {
-            return Err(step("the streams", "no data within 20 s"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     say(
         out,
         format!(
@@ -300,7 +347,11 @@ pub async fn restart(
         CUT.as_secs_f64(),
         result,
     );
-    Ok(Verdict { passed, line })
+    Ok(Verdict {
+        passed,
+        line,
+        gap: Some(gap),
+    })
 }
 
 /// When lines holding every needle were logged (the agent's JSON log at `path`), from
@@ -459,5 +510,9 @@ pub async fn cluster_removed(
             None => format!("still waiting {:.1} s after", took.as_secs_f64()),
         }
     );
-    Ok(Verdict { passed, line })
+    Ok(Verdict {
+        passed,
+        line,
+        gap: None,
+    })
 }
