@@ -102,6 +102,9 @@ pub enum LabScenario {
     /// Endpoints waiting for a frozen cluster stop waiting as soon as it is removed
     /// (control: not removed, the waits go on).
     ClusterRemovedMidSync,
+    /// A vendor's sync callbacks (the shipped `sync-events` plugin) count as the
+    /// barriers release (control: the remote cluster held frozen, nothing counted).
+    VendorCallback,
 }
 
 /// Which lab.

@@ -155,12 +155,18 @@ async fn main() -> anyhow::Result<()> {
         }) => {
             let dir = at.path();
             let out = &mut std::io::stdout();
+            if plot.is_some() && !matches!(scenario, weft::cli::LabScenario::Restart) {
+                anyhow::bail!("--plot draws streams: only the restart scenario has them");
+            }
             let verdict = match scenario {
                 weft::cli::LabScenario::Restart => {
                     weft::lab::scenario::restart(&dir, control, plot.as_deref(), out).await?
                 }
                 weft::cli::LabScenario::ClusterRemovedMidSync => {
                     weft::lab::scenario::cluster_removed(&dir, control, out).await?
+                }
+                weft::cli::LabScenario::VendorCallback => {
+                    weft::lab::scenario::vendor_callback(&dir, control, out).await?
                 }
             };
             println!("{}", verdict.line);

@@ -226,6 +226,13 @@ fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
         }
         weftd(&args, dir.path())
     };
+    let vendor = |control: bool| {
+        let mut args = vec!["lab", "scenario", "vendor-callback", "--name", &name];
+        if control {
+            args.push("--control");
+        }
+        weftd(&args, dir.path())
+    };
     let (run, control, removal, kept) = if up.status.success() {
         (
             Some(scenario(false)),
@@ -235,6 +242,11 @@ fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
         )
     } else {
         (None, None, None, None)
+    };
+    let (callback, held) = if up.status.success() {
+        (Some(vendor(false)), Some(vendor(true)))
+    } else {
+        (None, None)
     };
     let down = weftd(&["lab", "down", "--name", &name], dir.path());
     assert!(up.status.success(), "{}", text(&up));
@@ -262,6 +274,20 @@ fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
     assert!(r.contains("synced (disconnected: cluster2)"), "{r}");
     assert!(kept.status.success(), "{k}");
     assert!(k.contains("still waiting"), "{k}");
+    let (callback, held) = (callback.unwrap(), held.unwrap());
+    let (v, h) = (text(&callback), text(&held));
+    assert!(callback.status.success(), "{v}");
+    assert!(
+        v.contains(
+            "thawed: identities 1 (barriers 1), nodes 1 (barriers 1); logged by cluster name: yes"
+        ),
+        "{v}"
+    );
+    assert!(held.status.success(), "{h}");
+    assert!(
+        h.contains("frozen: identities 0 (barriers 0), nodes 0 (barriers 0)"),
+        "{h}"
+    );
     let svg = std::fs::read_to_string(&plot).unwrap();
     for moment in [
         "cluster2&apos;s etcd frozen",

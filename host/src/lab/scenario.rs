@@ -139,19 +139,10 @@ async fn open_streams(spec: &Spec, client: PodRef) -> Result<Vec<(PodRef, Stream
 /// # Errors
 /// [`LabError`] when the lab cannot run it.
 pub async fn idle_gap(dir: &Path, duration: Duration) -> Result<Duration, LabError> {
-    let state = LabState::read(&dir.join("lab.json"))?;
+    let state = lab_for(dir, "restart", 2)?;
     let spec = &state.spec;
-    if spec.clusters < 2 || spec.pods < 2 {
-        return Err(step(
-            "restart",
-            "needs 2 clusters or more and 2 pods per node or more",
-        ));
-    }
     let client = PodRef {
-        node: NodeRef {
-            cluster: 1,
-            node: 1,
-        },
+        node: FIRST,
         pod: 2,
     };
     let streams = open_streams(spec, client).await?;
@@ -170,6 +161,71 @@ pub async fn idle_gap(dir: &Path, duration: Duration) -> Result<Duration, LabErr
     Ok(gap)
 }
 
+/// The first node of cluster1: the one whose agent every scenario restarts.
+const FIRST: NodeRef = NodeRef {
+    cluster: 1,
+    node: 1,
+};
+
+/// The lab in `dir`, checked to have what `scenario` needs: 2 clusters or more, and
+/// `pods` pods per node or more.
+fn lab_for(dir: &Path, scenario: &str, pods: u8) -> Result<LabState, LabError> {
+    let state = LabState::read(&dir.join("lab.json"))?;
+    if state.spec.clusters < 2 || state.spec.pods < pods {
+        return Err(step(
+            scenario,
+            format!("needs 2 clusters or more and {pods} pods per node or more"),
+        ));
+    }
+    Ok(state)
+}
+
+/// Prints a scenario's steps with the time since it started.
+struct Steps(Instant);
+
+impl Steps {
+    fn say(&self, out: &mut dyn Write, line: impl std::fmt::Display) {
+        let _ = writeln!(out, "[{:>5.1}s] {line}", self.0.elapsed().as_secs_f64());
+    }
+}
+
+/// cluster2's etcd, frozen by [`freeze_and_restart`]; [`Frozen::thaw`] thaws it.
+struct Frozen {
+    etcd: i32,
+    marker: String,
+}
+
+impl Frozen {
+    fn thaw(&self) {
+        process::signal(self.etcd, &self.marker, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// What every scenario starts from: cluster2's etcd frozen, then the agent of `node`
+/// restarted (its new pid recorded). cluster2 is thawed again when the restart fails.
+fn freeze_and_restart(state: &mut LabState, node: NodeRef) -> Result<Frozen, LabError> {
+    let spec = state.spec.clone();
+    let marker = spec.dir.to_string_lossy().into_owned();
+    let etcd = pid_of(state, "etcd of cluster2")?;
+    let agent_what = format!("weftd of {}", Spec::node_name(node));
+    let agent = pid_of(state, &agent_what)?;
+    if !process::signal(etcd, &marker, nix::sys::signal::Signal::SIGSTOP) {
+        return Err(step("etcd of cluster2", "not running"));
+    }
+    let frozen = Frozen { etcd, marker };
+    let log = spec.node_dir(node).join("weftd.log");
+    match process::restart(agent, &frozen.marker, &log) {
+        Ok(pid) => {
+            state.started(&agent_what, pid)?;
+            Ok(frozen)
+        }
+        Err(e) => {
+            frozen.thaw();
+            Err(step(&agent_what, e))
+        }
+    }
+}
+
 /// Runs `restart` on the lab in `dir` (`control`: with the proceed plugin), telling
 /// `out` what happens; with `plot`, draws the streams and the scenario's moments there.
 ///
@@ -181,28 +237,16 @@ pub async fn restart(
     plot: Option<&Path>,
     out: &mut impl Write,
 ) -> Result<Verdict, LabError> {
-    let mut state = LabState::read(&dir.join("lab.json"))?;
+    // A client and a web pod per node.
+    let mut state = lab_for(dir, "restart", 2)?;
     let spec = state.spec.clone();
-    if spec.clusters < 2 || spec.pods < 2 {
-        return Err(step(
-            "restart",
-            "needs 2 clusters or more and 2 pods per node or more (a client and a web pod)",
-        ));
-    }
-    let marker = spec.dir.to_string_lossy().into_owned();
-    let node = NodeRef {
-        cluster: 1,
-        node: 1,
-    };
+    let node = FIRST;
     let client = PodRef { node, pod: 2 };
-    let started = Instant::now();
-    let say = |out: &mut dyn Write, line: String| {
-        let _ = writeln!(out, "[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
-    };
+    let steps = Steps(Instant::now());
     let streams = open_streams(&spec, client).await?;
     let opened = Instant::now();
     let opened_at = std::time::SystemTime::now();
-    say(
+    steps.say(
         out,
         format!(
             "{} streams from {} to cluster2's web pods flowing",
@@ -213,46 +257,36 @@ pub async fn restart(
     if control {
         // Critical-clusters naming no cluster of the lab: every endpoint proceeds.
         super::up::install_plugin(&spec, 1, PROCEED, "critical_clusters", 100, "none")?;
-        say(
+        steps.say(
             out,
-            "control: cluster1 gets a regeneration policy that proceeds at once".into(),
+            "control: cluster1 gets a regeneration policy that proceeds at once",
         );
     }
-    let etcd = pid_of(&state, "etcd of cluster2")?;
-    let agent_what = format!("weftd of {}", Spec::node_name(node));
-    let agent = pid_of(&state, &agent_what)?;
     let paused = Instant::now();
     let paused_at = std::time::SystemTime::now();
-    if !process::signal(etcd, &marker, nix::sys::signal::Signal::SIGSTOP) {
-        return Err(step("etcd of cluster2", "not running"));
-    }
-    say(out, format!("cluster2's etcd frozen for {ETCD_PAUSE:?}"));
-    let restarted = process::restart(agent, &marker, &spec.node_dir(node).join("weftd.log"))
-        .map_err(|e| step(&agent_what, e));
-    let restarted = match restarted {
-        Ok(pid) => pid,
-        Err(e) => {
-            process::signal(etcd, &marker, nix::sys::signal::Signal::SIGCONT);
-            return Err(e);
-        }
-    };
+    let frozen = freeze_and_restart(&mut state, node)?;
     let restarted_at = Instant::now();
-    state.started(&agent_what, restarted)?;
-    say(out, format!("{agent_what} restarted (pid {restarted})"));
+    steps.say(
+        out,
+        format!(
+            "cluster2's etcd frozen for {ETCD_PAUSE:?}; the agent of {} restarted",
+            Spec::node_name(node)
+        ),
+    );
     if regeneration(&spec, client, ETCD_PAUSE, |reason, _| reason == "restore")
         .await
         .is_none()
     {
-        say(
+        steps.say(
             out,
-            "the restarted agent did not list the client within the pause".into(),
+            "the restarted agent did not list the client within the pause",
         );
     }
     tokio::time::sleep((paused + ETCD_PAUSE).saturating_duration_since(Instant::now())).await;
     let during = regeneration(&spec, client, Duration::from_secs(2), |_, _| true).await;
-    process::signal(etcd, &marker, nix::sys::signal::Signal::SIGCONT);
+    frozen.thaw();
     let thawed = Instant::now();
-    say(
+    steps.say(
         out,
         format!(
             "cluster2's etcd thawed; the restored client was {} during the pause",
@@ -325,7 +359,7 @@ pub async fn restart(
         );
         super::plot::draw(path, &title, &series, &events, since(end))
             .map_err(|e| step(&format!("plot {}", path.display()), e))?;
-        say(out, format!("plot written to {}", path.display()));
+        steps.say(out, format!("plot written to {}", path.display()));
     }
     let result = switched.map_or("not switched within 60 s".to_owned(), |(_, r)| r);
     let passed = if control {
@@ -386,43 +420,22 @@ pub async fn cluster_removed(
     control: bool,
     out: &mut impl Write,
 ) -> Result<Verdict, LabError> {
-    let mut state = LabState::read(&dir.join("lab.json"))?;
+    let mut state = lab_for(dir, "cluster-removed-mid-sync", 1)?;
     let spec = state.spec.clone();
-    if spec.clusters < 2 {
-        return Err(step("cluster-removed-mid-sync", "needs 2 clusters or more"));
-    }
-    let marker = spec.dir.to_string_lossy().into_owned();
-    let node = NodeRef {
-        cluster: 1,
-        node: 1,
-    };
+    let node = FIRST;
     let pod = PodRef { node, pod: 1 };
-    let started = Instant::now();
-    let say = |out: &mut dyn Write, line: String| {
-        let _ = writeln!(out, "[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
-    };
-    let etcd = pid_of(&state, "etcd of cluster2")?;
-    let agent_what = format!("weftd of {}", Spec::node_name(node));
-    let agent = pid_of(&state, &agent_what)?;
-    if !process::signal(etcd, &marker, nix::sys::signal::Signal::SIGSTOP) {
-        return Err(step("etcd of cluster2", "not running"));
-    }
-    say(out, "cluster2's etcd frozen".into());
+    let steps = Steps(Instant::now());
+    let frozen = freeze_and_restart(&mut state, node)?;
     let thaw = |out: &mut dyn Write| {
-        process::signal(etcd, &marker, nix::sys::signal::Signal::SIGCONT);
-        say(out, "cluster2's etcd thawed".into());
+        frozen.thaw();
+        steps.say(out, "cluster2's etcd thawed");
     };
-    let restarted = match process::restart(agent, &marker, &spec.node_dir(node).join("weftd.log")) {
-        Ok(pid) => pid,
-        Err(e) => {
-            thaw(out);
-            return Err(step(&agent_what, e));
-        }
-    };
-    state.started(&agent_what, restarted)?;
-    say(
+    steps.say(
         out,
-        format!("{agent_what} restarted: its endpoints wait for cluster2"),
+        format!(
+            "cluster2's etcd frozen; the agent of {} restarted: its endpoints wait for cluster2",
+            Spec::node_name(node)
+        ),
     );
     let waiting = regeneration(&spec, pod, Duration::from_secs(20), |reason, result| {
         reason == "restore" && result == "waiting"
@@ -440,15 +453,9 @@ pub async fn cluster_removed(
     let removed = Instant::now();
     if !control {
         std::fs::remove_file(&mesh_file).map_err(|e| step("cluster1's mesh directory", e))?;
-        say(
-            out,
-            "cluster2 removed from cluster1's mesh directory".into(),
-        );
+        steps.say(out, "cluster2 removed from cluster1's mesh directory");
     } else {
-        say(
-            out,
-            "control: cluster2 stays in cluster1's mesh directory".into(),
-        );
+        steps.say(out, "control: cluster2 stays in cluster1's mesh directory");
     }
     // The removal's effect is bounded by the directory's rescan; the control watches
     // for as long.
@@ -463,7 +470,7 @@ pub async fn cluster_removed(
         std::fs::write(&staged, &config)
             .and_then(|()| std::fs::rename(&staged, &mesh_file))
             .map_err(|e| step("cluster1's mesh directory", e))?;
-        say(out, "cluster2 added back".into());
+        steps.say(out, "cluster2 added back");
     }
     thaw(out);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -479,9 +486,9 @@ pub async fn cluster_removed(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    say(
+    steps.say(
         out,
-        "the lab is back: every cluster synced, every pod switched".into(),
+        "the lab is back: every cluster synced, every pod switched",
     );
     let result = ended.as_ref().map(|(_, r)| r.clone());
     let passed = if control {
@@ -510,6 +517,147 @@ pub async fn cluster_removed(
             None => format!("still waiting {:.1} s after", took.as_secs_f64()),
         }
     );
+    Ok(Verdict {
+        passed,
+        line,
+        gap: None,
+    })
+}
+
+/// What the `sync-events` plugin of an agent counted, and the barriers behind it: per
+/// resource (identities, nodes), the plugin's counter and the remote clusters whose
+/// barrier is released.
+async fn callbacks(state_dir: &Path) -> Option<[(u64, u64); 2]> {
+    let status = crate::api::fetch_status(state_dir).await.ok()?;
+    let plugin = status
+        .plugins?
+        .loaded
+        .into_iter()
+        .find(|p| p.name == "sync-events")?;
+    let counter = |name: &str| plugin.counters.get(name).copied().unwrap_or(0);
+    let released = |f: fn(&crate::clustermesh::ClusterStatus) -> bool| {
+        status.clusters.iter().filter(|c| f(c)).count() as u64
+    };
+    Some([
+        (
+            counter("sync_events_identities"),
+            released(|c| c.synced.identities),
+        ),
+        (counter("sync_events_nodes"), released(|c| c.synced.nodes)),
+    ])
+}
+
+/// Runs `vendor-callback` on the lab in `dir`: the shipped `sync-events` plugin (a
+/// vendor's sync callbacks: a counter and a log line per cluster and resource) runs in
+/// every agent. cluster1's first agent is restarted with cluster2's etcd frozen, then
+/// cluster2 thaws. Expected: while frozen, no identities or nodes callback has run
+/// (both counters 0, both barriers pending); once thawed, each counter equals the
+/// barriers released, and the plugin logged cluster2 by name. The control keeps
+/// cluster2 frozen for as long and shows the callbacks held (the counters do not run
+/// ahead of the barriers).
+///
+/// # Errors
+/// [`LabError`] when the lab cannot run it.
+pub async fn vendor_callback(
+    dir: &Path,
+    control: bool,
+    out: &mut impl Write,
+) -> Result<Verdict, LabError> {
+    let mut state = lab_for(dir, "vendor-callback", 1)?;
+    let spec = state.spec.clone();
+    let node = FIRST;
+    let state_dir = spec.node_dir(node).join("state");
+    let steps = Steps(Instant::now());
+    let restarted_at = std::time::SystemTime::now();
+    let etcd = freeze_and_restart(&mut state, node)?;
+    steps.say(
+        out,
+        format!(
+            "cluster2's etcd frozen; the agent of {} restarted",
+            Spec::node_name(node)
+        ),
+    );
+    // The agent answers with its plugins loaded; the frozen cluster's barriers pending.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let at_start = loop {
+        if let Some(c) = callbacks(&state_dir).await {
+            break Some(c);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    if !control {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    } else {
+        // The control holds the cluster frozen as long as the run waits for it below.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let held = callbacks(&state_dir).await;
+    etcd.thaw();
+    steps.say(out, "cluster2's etcd thawed");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let thawed = loop {
+        let c = callbacks(&state_dir).await;
+        if c.is_some_and(|c| {
+            c.iter()
+                .all(|(counted, released)| *released > 0 && counted == released)
+        }) {
+            break c;
+        }
+        if Instant::now() > deadline {
+            break c;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let logged_by_name = ["identities synced", "nodes synced"].iter().all(|what| {
+        !logged(
+            &spec.node_dir(node).join("weftd.log"),
+            restarted_at,
+            &[what, "cluster=cluster2 "],
+        )
+        .is_empty()
+    });
+    let zero = [(0, 0), (0, 0)];
+    let show = |c: Option<[(u64, u64); 2]>| {
+        c.map_or("no answer".to_owned(), |[(i, ib), (n, nb)]| {
+            format!("identities {i} (barriers {ib}), nodes {n} (barriers {nb})")
+        })
+    };
+    let held_ok = at_start == Some(zero) && held == Some(zero);
+    let matched = thawed.is_some_and(|c| {
+        c.iter()
+            .all(|(counted, released)| *released > 0 && counted == released)
+    });
+    let passed = if control {
+        held_ok
+    } else {
+        held_ok && matched && logged_by_name
+    };
+    let line = if control {
+        format!(
+            "vendor-callback (control: cluster2 held frozen 5 s): {} — frozen: {}",
+            if passed {
+                "the callbacks waited for the barriers, as expected"
+            } else {
+                "FAIL, a callback ran before its barrier"
+            },
+            show(held)
+        )
+    } else {
+        format!(
+            "vendor-callback: {} — frozen: {}; thawed: {}; logged by cluster name: {}",
+            if passed {
+                "PASS, the plugin's counters match the barriers"
+            } else {
+                "FAIL"
+            },
+            show(held),
+            show(thawed),
+            if logged_by_name { "yes" } else { "no" }
+        )
+    };
     Ok(Verdict {
         passed,
         line,
