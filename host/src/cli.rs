@@ -105,6 +105,9 @@ pub enum LabScenario {
     /// A vendor's sync callbacks (the shipped `sync-events` plugin) count as the
     /// barriers release (control: the remote cluster held frozen, nothing counted).
     VendorCallback,
+    /// The regeneration policy plugin replaced while endpoints wait (control: a
+    /// tampered version, refused; the running one keeps deciding).
+    PluginReload,
 }
 
 /// Which lab.

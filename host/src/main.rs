@@ -168,6 +168,9 @@ async fn main() -> anyhow::Result<()> {
                 weft::cli::LabScenario::VendorCallback => {
                     weft::lab::scenario::vendor_callback(&dir, control, out).await?
                 }
+                weft::cli::LabScenario::PluginReload => {
+                    weft::lab::scenario::plugin_reload(&dir, control, out).await?
+                }
             };
             println!("{}", verdict.line);
             if !verdict.passed {

@@ -248,6 +248,18 @@ fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
     } else {
         (None, None)
     };
+    let reload = |control: bool| {
+        let mut args = vec!["lab", "scenario", "plugin-reload", "--name", &name];
+        if control {
+            args.push("--control");
+        }
+        weftd(&args, dir.path())
+    };
+    let (swapped, tampered) = if up.status.success() {
+        (Some(reload(false)), Some(reload(true)))
+    } else {
+        (None, None)
+    };
     let down = weftd(&["lab", "down", "--name", &name], dir.path());
     assert!(up.status.success(), "{}", text(&up));
     let (run, control) = (run.unwrap(), control.unwrap());
@@ -283,6 +295,17 @@ fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
         ),
         "{v}"
     );
+    let (swapped, tampered) = (swapped.unwrap(), tampered.unwrap());
+    let (w, t) = (text(&swapped), text(&tampered));
+    assert!(swapped.status.success(), "{w}");
+    assert!(w.contains("PASS, swapped under waiting endpoints"), "{w}");
+    assert!(w.contains("0 failures, nothing refused"), "{w}");
+    assert!(tampered.status.success(), "{t}");
+    assert!(
+        t.contains("refused: plugin \"regeneration-policy\" refused: wrong digest"),
+        "{t}"
+    );
+    assert!(t.contains("every endpoint synced and switched: yes"), "{t}");
     assert!(held.status.success(), "{h}");
     assert!(
         h.contains("frozen: identities 0 (barriers 0), nodes 0 (barriers 0)"),

@@ -286,9 +286,9 @@ fn keep_components(spec: &Spec, programs: &Programs) -> Result<(), LabError> {
     Ok(())
 }
 
-/// Installs the lab's `component` as plugin `name` of cluster `c`, sealed and signed
-/// with the lab's key: the manifest is renamed into place whole, as an operator's
-/// tooling would.
+/// Installs the lab's `component` as plugin `name` (version 0.1.0) of cluster `c`,
+/// sealed and signed with the lab's key: the manifest is renamed into place whole, as
+/// an operator's tooling would.
 ///
 /// # Errors
 /// [`LabError::Step`] naming the plugin.
@@ -300,14 +300,33 @@ pub fn install_plugin(
     priority: i32,
     config: &str,
 ) -> Result<(), LabError> {
+    install_plugin_version(spec, c, (name, "0.1.0"), component, priority, config, false)
+}
+
+/// [`install_plugin`] of `version`; with `tamper`, the component is changed after
+/// signing (an agent must refuse it).
+///
+/// # Errors
+/// [`LabError::Step`] naming the plugin.
+pub fn install_plugin_version(
+    spec: &Spec,
+    c: u8,
+    (name, version): (&str, &str),
+    component: &str,
+    priority: i32,
+    config: &str,
+    tamper: bool,
+) -> Result<(), LabError> {
     let fail = |e: String| step(format!("plugin {name} of {}", Spec::cluster_name(c)))(e);
     let plugins = spec.cluster_dir(c).join("plugins");
     std::fs::create_dir_all(&plugins).map_err(|e| fail(e.to_string()))?;
+    // A file per version: the running version's component stays as it was.
+    let wasm_name = format!("{component}-{version}.wasm");
     std::fs::copy(
         spec.dir
             .join("components")
             .join(format!("{component}.wasm")),
-        plugins.join(format!("{component}.wasm")),
+        plugins.join(&wasm_name),
     )
     .map_err(|e| fail(e.to_string()))?;
     let key = crate::plugins::read_signing_key(&spec.dir.join("vendor.key"))
@@ -316,11 +335,17 @@ pub fn install_plugin(
     std::fs::write(
         &staged,
         format!(
-            "name = {name:?}\nversion = \"0.1.0\"\nwasm = \"{component}.wasm\"\nsha256 = \"\"\npriority = {priority}\nconfig = {config:?}\n"
+            "name = {name:?}\nversion = {version:?}\nwasm = {wasm_name:?}\nsha256 = \"\"\npriority = {priority}\nconfig = {config:?}\n"
         ),
     )
     .map_err(|e| fail(e.to_string()))?;
     crate::plugins::seal(&staged, Some(&key)).map_err(|e| fail(e.to_string()))?;
+    if tamper {
+        let wasm = plugins.join(&wasm_name);
+        let mut bytes = std::fs::read(&wasm).map_err(|e| fail(e.to_string()))?;
+        bytes.extend_from_slice(b"tampered");
+        std::fs::write(&wasm, bytes).map_err(|e| fail(e.to_string()))?;
+    }
     std::fs::rename(&staged, plugins.join(format!("{name}.toml"))).map_err(|e| fail(e.to_string()))
 }
 
