@@ -169,7 +169,6 @@ impl EndpointManager {
             }
             let mut ended = w.ended(&outcome, started);
             let _op = me.ops.lock().await;
-            me.waits.lock().expect("waits lock").remove(&k);
             if let Some(mut r) = me.store.get(&k) {
                 if let Some(dp) = me.datapath.get().cloned() {
                     let record = r.clone();
@@ -181,11 +180,22 @@ impl EndpointManager {
                         ended.result = format!("{}; not switched: {e}", ended.result);
                     }
                 }
+                tracing::info!(
+                    endpoint = k,
+                    reason = ended.reason,
+                    result = ended.result,
+                    waited_ms = ended.waited_ms,
+                    decided_by = ended.decided_by,
+                    "endpoint regenerated"
+                );
                 r.regeneration = Some(ended);
                 if let Err(e) = me.store.put(&r) {
                     tracing::warn!(endpoint = k, error = %e, "cannot record the regeneration");
                 }
             }
+            // Under way until switched and recorded: a policy change meanwhile leaves it
+            // to this regeneration, which switches with the policy as it is now.
+            me.waits.lock().expect("waits lock").remove(&k);
         });
         if let Some((old, _)) = waits.insert(key, (task.abort_handle(), waiting)) {
             old.abort();

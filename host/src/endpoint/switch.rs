@@ -137,10 +137,12 @@ impl EndpointSwitch {
             tokio::time::sleep(POLICY_BATCH).await;
             policies.mark_unchanged();
             identities.mark_unchanged();
-            let written = self.written.lock().expect("written lock").clone();
+            // Read as each endpoint is looked at: a regeneration that ended since the
+            // round began has written what it switched.
             let regenerated = manager.regenerate_where(reason, |r| {
-                self.entries(r)
-                    .is_ok_and(|e| written.get(&r.key) != Some(&e))
+                self.entries(r).is_ok_and(|e| {
+                    self.written.lock().expect("written lock").get(&r.key) != Some(&e)
+                })
             });
             if regenerated > 0 {
                 tracing::info!(

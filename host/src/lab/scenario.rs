@@ -295,8 +295,9 @@ pub async fn restart(
                 .map_or("not listed".to_owned(), |(_, result)| result.clone())
         ),
     );
+    // The restore, or a regeneration after it (cluster2's identities arriving).
     let switched = regeneration(&spec, client, Duration::from_secs(60), |reason, result| {
-        reason == "restore" && result != "waiting"
+        reason != "create" && result != "waiting"
     })
     .await;
     let resumed = Instant::now();
@@ -425,6 +426,7 @@ pub async fn cluster_removed(
     let node = FIRST;
     let pod = PodRef { node, pod: 1 };
     let steps = Steps(Instant::now());
+    let restarted_at = std::time::SystemTime::now();
     let frozen = freeze_and_restart(&mut state, node)?;
     let thaw = |out: &mut dyn Write| {
         frozen.thaw();
@@ -460,10 +462,16 @@ pub async fn cluster_removed(
     // The removal's effect is bounded by the directory's rescan; the control watches
     // for as long.
     let ended = regeneration(&spec, pod, Duration::from_secs(5), |reason, result| {
-        reason == "restore" && result != "waiting"
+        reason != "create" && result != "waiting"
     })
     .await;
     let took = removed.elapsed();
+    // The restore's own outcome, from the agent's log: a regeneration may follow it at
+    // once (cluster2's identities went with it) and take its place in the listing.
+    let ended = ended.map(|(reason, result)| {
+        restore_result(&spec.node_dir(node).join("weftd.log"), pod, restarted_at)
+            .map_or((reason, result), |r| ("restore".to_owned(), r))
+    });
     if !control {
         // Written whole under another name, then renamed: the agents see it at once.
         let staged = mesh_file.with_extension("new");
@@ -768,7 +776,7 @@ pub async fn plugin_reload(
                 e.record
                     .regeneration
                     .as_ref()
-                    .is_some_and(|r| r.reason == "restore" && r.result == "synced")
+                    .is_some_and(|r| r.reason != "create" && r.result == "synced")
             });
         if all || Instant::now() > deadline {
             break all;
@@ -819,4 +827,22 @@ pub async fn plugin_reload(
         line,
         gap: None,
     })
+}
+
+/// The result of pod `p`'s restore regeneration logged (in the agent's JSON log at
+/// `path`) since `since`.
+fn restore_result(path: &Path, p: PodRef, since: std::time::SystemTime) -> Option<String> {
+    let key = format!("\"endpoint\":\"{}/eth0\"", Spec::pod_name(p));
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("endpoint regenerated") && l.contains(&key))
+        .filter(|l| l.contains("\"reason\":\"restore\""))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .rfind(|v| {
+            v["timestamp"]
+                .as_str()
+                .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok())
+                .is_some_and(|t| t >= since)
+        })
+        .and_then(|v| v["fields"]["result"].as_str().map(str::to_owned))
 }
