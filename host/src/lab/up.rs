@@ -458,7 +458,9 @@ pub async fn make_pods(
         let path = make_netns(state, &name)?;
         let state_dir = spec.node_dir(p.node).join("state");
         let cni = programs.cni.clone();
-        // The agent may still be connecting to its etcd: CNI says "try again" (11).
+        // The agent may still be connecting to its etcd (CNI says "try again", 11), or
+        // a step may fail once while it starts: retried until the deadline, as a
+        // container runtime retries a pod sandbox (each failed ADD is undone).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         let ip = loop {
             let (c, s, n) = (cni.clone(), state_dir.clone(), path.clone());
@@ -467,7 +469,10 @@ pub async fn make_pods(
                 .map_err(|e| step(format!("pod {name}"))(e.to_string()))?;
             match added {
                 Ok(ip) => break ip,
-                Err(e) if tokio::time::Instant::now() < deadline && e.contains("\"code\":11") => {
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    if !e.contains("\"code\":11") {
+                        tracing::warn!(pod = name, error = e, "pod ADD failed; tried again");
+                    }
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Err(e) => return Err(step(format!("pod {name}"))(e)),
