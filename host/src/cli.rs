@@ -102,6 +102,9 @@ pub enum LabScenario {
     /// Endpoints waiting for a frozen cluster stop waiting as soon as it is removed
     /// (control: not removed, the waits go on).
     ClusterRemovedMidSync,
+    /// A remote etcd restarted under writes: nothing of it drained, every agent
+    /// converges on what it holds (control: the outage as a removal, drained and cut).
+    EtcdRestart,
     /// A vendor's sync callbacks (the shipped `sync-events` plugin) count as the
     /// barriers release (control: the remote cluster held frozen, nothing counted).
     VendorCallback,

@@ -134,7 +134,12 @@ async fn main() -> anyhow::Result<()> {
                 dir: at.path(),
             };
             let programs = weft::lab::up::Programs::beside_this(plugins)?;
-            let fine = weft::lab::up(&spec, &programs, &mut std::io::stdout())
+            let display = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                weft::lab::Display::Live
+            } else {
+                weft::lab::Display::Plain
+            };
+            let fine = weft::lab::up(&spec, &programs, display, &mut std::io::stdout())
                 .await
                 .with_context(|| {
                     format!(
@@ -164,6 +169,9 @@ async fn main() -> anyhow::Result<()> {
                 }
                 weft::cli::LabScenario::ClusterRemovedMidSync => {
                     weft::lab::scenario::cluster_removed(&dir, control, out).await?
+                }
+                weft::cli::LabScenario::EtcdRestart => {
+                    weft::lab::scenario::etcd_restart(&dir, control, out).await?
                 }
                 weft::cli::LabScenario::VendorCallback => {
                     weft::lab::scenario::vendor_callback(&dir, control, out).await?

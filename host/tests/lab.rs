@@ -204,62 +204,44 @@ fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
     let up = weftd(&["lab", "up", "--name", &name, "--nodes", "1"], dir.path());
     let plot = dir.path().join("restart.svg");
     let plot_arg = plot.to_string_lossy().into_owned();
-    let scenario = |control: bool| {
-        let mut args = vec!["lab", "scenario", "restart", "--name", &name];
-        if control {
-            args.push("--control");
-        } else {
-            args.extend(["--plot", &plot_arg]);
-        }
-        weftd(&args, dir.path())
-    };
-    let removed = |control: bool| {
-        let mut args = vec![
-            "lab",
-            "scenario",
-            "cluster-removed-mid-sync",
-            "--name",
-            &name,
-        ];
-        if control {
-            args.push("--control");
-        }
-        weftd(&args, dir.path())
-    };
-    let vendor = |control: bool| {
-        let mut args = vec!["lab", "scenario", "vendor-callback", "--name", &name];
-        if control {
-            args.push("--control");
-        }
-        weftd(&args, dir.path())
-    };
-    let (run, control, removal, kept) = if up.status.success() {
-        (
-            Some(scenario(false)),
-            Some(scenario(true)),
-            Some(removed(false)),
-            Some(removed(true)),
-        )
+    // Each scenario and its control, in this order, on the same lab.
+    let runs: [(&str, &[&str]); 10] = [
+        ("restart", &["--plot", &plot_arg]),
+        ("restart", &["--control"]),
+        ("cluster-removed-mid-sync", &[]),
+        ("cluster-removed-mid-sync", &["--control"]),
+        ("vendor-callback", &[]),
+        ("vendor-callback", &["--control"]),
+        ("plugin-reload", &[]),
+        ("plugin-reload", &["--control"]),
+        ("etcd-restart", &[]),
+        ("etcd-restart", &["--control"]),
+    ];
+    let outputs: Vec<Output> = if up.status.success() {
+        runs.iter()
+            .map(|(scenario, extra)| {
+                let mut args = vec!["lab", "scenario", scenario, "--name", &name];
+                args.extend_from_slice(extra);
+                weftd(&args, dir.path())
+            })
+            .collect()
     } else {
-        (None, None, None, None)
+        Vec::new()
     };
-    let (callback, held) = if up.status.success() {
-        (Some(vendor(false)), Some(vendor(true)))
-    } else {
-        (None, None)
-    };
-    let reload = |control: bool| {
-        let mut args = vec!["lab", "scenario", "plugin-reload", "--name", &name];
-        if control {
-            args.push("--control");
-        }
-        weftd(&args, dir.path())
-    };
-    let (swapped, tampered) = if up.status.success() {
-        (Some(reload(false)), Some(reload(true)))
-    } else {
-        (None, None)
-    };
+    let mut outputs = outputs.into_iter();
+    let (run, control, removal, kept) = (
+        outputs.next(),
+        outputs.next(),
+        outputs.next(),
+        outputs.next(),
+    );
+    let (callback, held, swapped, tampered) = (
+        outputs.next(),
+        outputs.next(),
+        outputs.next(),
+        outputs.next(),
+    );
+    let (restarted, removed) = (outputs.next(), outputs.next());
     let down = weftd(&["lab", "down", "--name", &name], dir.path());
     assert!(up.status.success(), "{}", text(&up));
     let (run, control) = (run.unwrap(), control.unwrap());
@@ -310,6 +292,20 @@ fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
     assert!(
         h.contains("frozen: identities 0 (barriers 0), nodes 0 (barriers 0)"),
         "{h}"
+    );
+    let (restarted, removed) = (restarted.unwrap(), removed.unwrap());
+    let (e, x) = (text(&restarted), text(&removed));
+    assert!(restarted.status.success(), "{e}");
+    assert!(
+        e.contains("etcd-restart: PASS, nothing drained, converged"),
+        "{e}"
+    );
+    assert!(e.contains("drained 0 of"), "{e}");
+    assert!(e.contains("written keys equal on every agent"), "{e}");
+    assert!(removed.status.success(), "{x}");
+    assert!(
+        x.contains("drained and cut, as expected of a removal"),
+        "{x}"
     );
     let svg = std::fs::read_to_string(&plot).unwrap();
     for moment in [

@@ -57,6 +57,15 @@ pub enum LabError {
 /// How long `up` waits for every agent to be ready.
 const READY_WITHIN: Duration = Duration::from_secs(180);
 
+/// How `up` shows the lab coming up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Display {
+    /// On a terminal: the view redrawn in place as it changes, with the time.
+    Live,
+    /// Elsewhere (a log, a pipe): a new block of plain lines on each change.
+    Plain,
+}
+
 /// Makes the lab, shows it coming up on `out`, and ends with the connectivity matrix.
 /// Whether every cell of the matrix is as the policy says.
 ///
@@ -65,6 +74,7 @@ const READY_WITHIN: Duration = Duration::from_secs(180);
 pub async fn up(
     spec: &Spec,
     programs: &up::Programs,
+    display: Display,
     out: &mut impl Write,
 ) -> Result<bool, LabError> {
     let started = Instant::now();
@@ -101,12 +111,20 @@ pub async fn up(
     say(out, format!("{} pods added", pods.len()));
     let deadline = Instant::now() + READY_WITHIN;
     let mut last = String::new();
+    let mut live = view::Redraw::default();
     loop {
         let views = view::nodes(spec).await;
         let text = view::render(spec, &views);
-        if text != last {
-            say(out, format!("\n{}", text.trim_end()));
-            last = text;
+        match display {
+            Display::Live => {
+                let time = format!("[{:>5.1}s]", started.elapsed().as_secs_f64());
+                let _ = live.draw(out, &format!("{time}\n{text}"));
+            }
+            Display::Plain if text != last => {
+                say(out, format!("\n{}", text.trim_end()));
+                last = text;
+            }
+            Display::Plain => {}
         }
         if view::ready(spec, &views) {
             break;

@@ -66,12 +66,12 @@ pub fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// Restarts `pid` (if it runs with `marker`) as it was started: the same program and
-/// arguments, its output appended to `log`. Its new pid.
+/// The command `pid` was started with: the same program and arguments, to start it
+/// again once it is stopped.
 ///
 /// # Errors
-/// When it is not the lab's, or cannot start again.
-pub fn restart(pid: i32, marker: &str, log: &Path) -> std::io::Result<i32> {
+/// When `pid` does not run or has no command line.
+pub fn command_of(pid: i32) -> std::io::Result<Command> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))?;
     let args: Vec<std::ffi::OsString> = cmdline
         .split(|b| *b == 0)
@@ -83,11 +83,21 @@ pub fn restart(pid: i32, marker: &str, log: &Path) -> std::io::Result<i32> {
             "pid {pid} has no command line"
         )));
     };
+    let mut cmd = Command::new(program);
+    cmd.args(rest);
+    Ok(cmd)
+}
+
+/// Restarts `pid` (if it runs with `marker`) as it was started: the same program and
+/// arguments, its output appended to `log`. Its new pid.
+///
+/// # Errors
+/// When it is not the lab's, or cannot start again.
+pub fn restart(pid: i32, marker: &str, log: &Path) -> std::io::Result<i32> {
+    let cmd = command_of(pid)?;
     if !stop(pid, marker, Duration::from_secs(5)) {
         return Err(std::io::Error::other(format!("pid {pid} is not the lab's")));
     }
-    let mut cmd = Command::new(program);
-    cmd.args(rest);
     spawn(cmd, log)
 }
 

@@ -1,6 +1,7 @@
 //! The lab as its agents see it: per node, from its agent's status and endpoint list;
 //! per cluster, one line (nodes up, remote clusters synced, endpoints switched,
-//! WireGuard peers and handshakes, pod routes).
+//! WireGuard peers and handshakes, pod routes). On a terminal the view is redrawn in
+//! place ([`Redraw`]); elsewhere each change is a new block of plain lines.
 
 use super::spec::{NodeRef, Spec};
 
@@ -117,4 +118,63 @@ pub fn render(spec: &Spec, views: &[(NodeRef, NodeView)]) -> String {
         ));
     }
     out
+}
+
+/// A block of lines redrawn in place on a terminal: each draw moves the cursor back
+/// over the previous one and clears it first (through `crossterm`).
+///
+/// # Example
+/// ```
+/// let mut out = Vec::new();
+/// let mut view = weft::lab::view::Redraw::default();
+/// view.draw(&mut out, "cluster1 …\ncluster2 …").unwrap();
+/// view.draw(&mut out, "cluster1 ready\ncluster2 ready").unwrap();
+/// assert!(String::from_utf8(out).unwrap().contains("\u{1b}[2A"));
+/// ```
+#[derive(Debug, Default)]
+pub struct Redraw {
+    /// Lines the last draw left on the screen.
+    drawn: u16,
+}
+
+impl Redraw {
+    /// Replaces the block drawn last with `block`.
+    ///
+    /// # Errors
+    /// When `out` cannot be written.
+    pub fn draw(&mut self, out: &mut dyn std::io::Write, block: &str) -> std::io::Result<()> {
+        use crossterm::{cursor::MoveUp, terminal::Clear, terminal::ClearType, QueueableCommand};
+        if self.drawn > 0 {
+            out.queue(MoveUp(self.drawn))?;
+        }
+        out.queue(Clear(ClearType::FromCursorDown))?;
+        let block = block.trim_end();
+        writeln!(out, "{block}")?;
+        out.flush()?;
+        self.drawn = u16::try_from(block.lines().count()).unwrap_or(u16::MAX);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redraw_moves_back_over_the_lines_drawn_last_and_clears_them() {
+        let mut out = Vec::new();
+        let mut view = Redraw::default();
+        view.draw(&mut out, "a\nb\nc\n").unwrap();
+        let first = String::from_utf8(out.clone()).unwrap();
+        assert_eq!(first, "\u{1b}[Ja\nb\nc\n", "nothing to move over at first");
+        out.clear();
+        view.draw(&mut out, "d").unwrap();
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            "\u{1b}[3A\u{1b}[Jd\n"
+        );
+        out.clear();
+        view.draw(&mut out, "e").unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "\u{1b}[1A\u{1b}[Je\n");
+    }
 }
