@@ -127,6 +127,7 @@ async fn agent_sync(etcd: &Etcd) -> (Duration, u64) {
     let mesh = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_weftd"))
         .args(["run", "--cluster-name", "local", "--cluster-id", "1"])
+        .args(["--health-addr", "127.0.0.1:0"])
         .args(["--kvstore-qps", "0", "--kvstore-max-in-flight", "0"])
         .arg("--clustermesh-config")
         .arg(mesh.path())

@@ -7,6 +7,7 @@ use crate::endpoint::store::Phase;
 use crate::endpoint::EndpointManager;
 use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
+use crate::metrics::{WaitResult, Waiter, Waits};
 use crate::model::{Node, NodeAddress};
 use crate::node::{run_registration, NodeId, Registration};
 use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustPolicy};
@@ -50,6 +51,10 @@ pub struct Config {
     pub endpoints: Option<EndpointsConfig>,
     /// The policy directory, followed live.
     pub policy_dir: Option<PathBuf>,
+    /// Where Prometheus metrics are served; `None`: not served.
+    pub prometheus_serve_addr: Option<std::net::SocketAddr>,
+    /// Where `/healthz` and `/readyz` are served; `None`: not served.
+    pub health_addr: Option<std::net::SocketAddr>,
 }
 
 /// This node's endpoints.
@@ -121,6 +126,17 @@ pub enum Error {
     /// The endpoints' state could not be opened.
     #[error(transparent)]
     Endpoints(#[from] crate::endpoint::manager::Error),
+    /// An address to serve on could not be bound.
+    #[error("{what} on {addr}")]
+    Listen {
+        /// The flag naming the address.
+        what: &'static str,
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Runs the agent until `shutdown` completes, then stops the mesh without draining.
@@ -143,6 +159,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         name: config.node_name.clone(),
     };
     let state = Arc::new(State::new(local.clone()));
+    let waits = Arc::new(Waits::default());
     // WireGuard first: the node record carries its key, and the datapath redirects
     // to its device.
     let (wireguard, pod_routes) = match config.wireguard.clone() {
@@ -198,6 +215,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Some(dc) => Some(NodeDatapath::start(dc, &state.ipcache)?),
         None => None,
     };
+    // Without a kvstore, this node is the only local node there is.
+    let (local_nodes_synced, local_nodes) = watch::channel(config.kvstore_endpoints.is_empty());
+    tasks.spawn(crate::health::runtime_heartbeat(Duration::from_secs(1)));
+    if let Some(addr) = config.health_addr {
+        // Served once the datapath is loaded (start-up stops when it cannot be): its
+        // readiness condition is met from here on.
+        let readiness = crate::health::Readiness::default()
+            .with("local state synced", local_nodes.clone())
+            .with("datapath loaded", watch::channel(true).1)
+            .with("plugins initialised", plugins_loaded.clone());
+        let (bound, serve) = crate::health::serve(addr, readiness)
+            .await
+            .map_err(|source| Error::Listen {
+                what: "--health-addr",
+                addr,
+                source,
+            })?;
+        tracing::info!(addr = %bound, "serving /healthz and /readyz");
+        tasks.spawn(serve);
+    }
 
     // Set once the local etcd is connected; until then CNI calls are told to retry.
     let endpoint_manager: Arc<std::sync::OnceLock<Arc<EndpointManager>>> = Arc::default();
@@ -206,15 +243,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tasks.spawn(crate::policy::dir::follow(dir, policy_tx));
     }
     let following_policies = config.policy_dir.is_some();
-    let api_state = api::Handlers {
-        status: {
+    // One status for the API, the metrics and the lab alike.
+    let status: Arc<dyn Fn() -> StatusReport + Send + Sync> = {
+        {
             let (mesh, state, plugins) = (mesh.clone(), state.clone(), plugin_host.clone());
             let dp = node_datapath.clone();
             let endpoints = endpoint_manager.clone();
             let policies = policies.clone();
             let wg = wireguard.as_ref().map(|wg| wg.peers.clone());
             let routes = pod_routes.clone();
-            Box::new(move || StatusReport {
+            Arc::new(move || StatusReport {
                 cluster: own_cluster.clone(),
                 clusters: mesh.status(),
                 totals: Some(state.totals()),
@@ -240,6 +278,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     }
                 }),
             })
+        }
+    };
+    if let Some(addr) = config.prometheus_serve_addr {
+        let serve = crate::metrics::serve(addr, status.clone(), waits.clone())
+            .await
+            .map_err(|source| Error::Listen {
+                what: "--prometheus-serve-addr",
+                addr,
+                source,
+            })?;
+        tracing::info!(addr = %serve.0, "serving Prometheus metrics");
+        tasks.spawn(serve.1);
+    }
+    let api_state = api::Handlers {
+        status: {
+            let status = status.clone();
+            Box::new(move || status())
         },
         endpoints: {
             let (endpoints, state, policies) =
@@ -293,8 +348,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     tasks.spawn(api::serve(&config.state_dir, api_state)?);
 
-    // Without a kvstore, this node is the only local node there is.
-    let (local_nodes_synced, local_nodes) = watch::channel(config.kvstore_endpoints.is_empty());
     if let Some(wg) = &wireguard {
         let gate = GarbageGate {
             mesh: mesh.clone(),
@@ -307,6 +360,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             timeout: config.ip_identities_sync_timeout,
             plugins: plugin_host.clone(),
             plugins_loaded: plugins_loaded.clone(),
+            waits: waits.clone(),
         };
         tasks.spawn(gate.collect(wg.peers.clone(), pod_routes.clone()));
     }
@@ -364,6 +418,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                         ipsec: false,
                         wireguard: wireguard.is_some(),
                     },
+                    &waits,
                 )),
             )?);
             if let Some(dp) = &node_datapath {
@@ -398,6 +453,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 ipsec: false,
                 wireguard: false,
             },
+            &waits,
         );
         tasks.spawn(async move {
             let outcome = regenerate(
@@ -515,6 +571,7 @@ struct GarbageGate {
     timeout: Duration,
     plugins: PluginHost,
     plugins_loaded: watch::Receiver<bool>,
+    waits: Arc<Waits>,
 }
 
 impl GarbageGate {
@@ -526,11 +583,17 @@ impl GarbageGate {
                 self.mesh.config_dir_synced().await;
             }
             loop {
-                let deadline = tokio::time::Instant::now() + self.timeout;
+                let started = tokio::time::Instant::now();
+                let deadline = started + self.timeout;
                 let synced = match self.mesh.nodes_synced(deadline).await {
                     Ok(_) => self.mesh.ip_identities_synced(deadline).await,
                     Err(e) => Err(e),
                 };
+                self.waits.observe(
+                    Waiter::WireguardGc,
+                    WaitResult::of(&synced),
+                    started.elapsed(),
+                );
                 match synced {
                     Ok(r) => {
                         tracing::info!(synced = ?r.synced, disconnected = ?r.disconnected, "remote nodes synced: restored WireGuard peers may go");
@@ -648,16 +711,28 @@ fn endpoint_regeneration(
     loaded: watch::Receiver<bool>,
     config_dir: bool,
     config: RegenerationConfig,
+    waits: &Arc<Waits>,
 ) -> crate::endpoint::regeneration::Regenerate {
-    let (mesh, plugins) = (mesh.clone(), plugins.clone());
+    let (mesh, plugins, waits) = (mesh.clone(), plugins.clone(), waits.clone());
     Arc::new(move |endpoint, reason| {
         let (mesh, plugins, mut loaded) = (mesh.clone(), plugins.clone(), loaded.clone());
+        let waits = waits.clone();
         Box::pin(async move {
+            let started = tokio::time::Instant::now();
             if config_dir {
                 mesh.config_dir_synced().await;
             }
             let _ = loaded.wait_for(|l| *l).await;
-            wait_for_regeneration(&mesh, &plugins, config, endpoint, reason).await
+            let waiter = match endpoint.kind {
+                plugins::EndpointKind::Host => Waiter::HostEndpoint,
+                _ => Waiter::Endpoint,
+            };
+            let outcome = wait_for_regeneration(&mesh, &plugins, config, endpoint, reason).await;
+            // Only a wait is observed: a verdict to proceed waited for nothing.
+            if let Some(result) = &outcome.result {
+                waits.observe(waiter, WaitResult::of(result), started.elapsed());
+            }
+            outcome
         })
     })
 }

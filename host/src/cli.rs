@@ -262,6 +262,13 @@ pub struct RunArgs {
     /// The MTU of endpoint interfaces (leave room for WireGuard's 80 bytes).
     #[arg(long, env = "WEFT_ENDPOINT_MTU", default_value_t = 1420)]
     pub endpoint_mtu: u32,
+    /// Serve Prometheus metrics on this address (`/metrics`); off unless given.
+    #[arg(long, env = "WEFT_PROMETHEUS_SERVE_ADDR")]
+    pub prometheus_serve_addr: Option<std::net::SocketAddr>,
+    /// Serve `/healthz` (every loop turning) and `/readyz` (local state synced,
+    /// datapath loaded, plugins initialised) on this address.
+    #[arg(long, env = "WEFT_HEALTH_ADDR", default_value = "127.0.0.1:9879")]
+    pub health_addr: std::net::SocketAddr,
     /// etcd limits of remote clusters.
     #[command(flatten)]
     pub kvstore: KvstoreArgs,
@@ -446,6 +453,8 @@ impl RunArgs {
             },
             kvstore_endpoints: self.kvstore_endpoints,
             clustermesh_config: self.clustermesh_config,
+            prometheus_serve_addr: self.prometheus_serve_addr,
+            health_addr: Some(self.health_addr),
             state_dir: self.state_dir,
             ip_identities_sync_timeout: self.clustermesh_ip_identities_sync_timeout,
             policy_dir: self.policy_dir,

@@ -24,6 +24,8 @@ pub struct DirWake {
     watcher: Option<notify::RecommendedWatcher>,
     tx: mpsc::UnboundedSender<()>,
     rx: mpsc::UnboundedReceiver<()>,
+    /// The reader's loop turns at least every rescan: `/healthz` watches it.
+    beat: crate::health::Beat,
 }
 
 impl DirWake {
@@ -31,17 +33,21 @@ impl DirWake {
     /// a directory created later, or replaced by a mount, is only seen by a scan.
     pub fn new(dir: PathBuf, rescan: Duration) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        let beat =
+            crate::health::Beat::register(format!("the reader of {}", dir.display()), rescan);
         Self {
             dir,
             rescan,
             watcher: None,
             tx,
             rx,
+            beat,
         }
     }
 
     /// Starts the inotify watch if it is not running (the directory may have appeared).
     pub fn arm(&mut self) {
+        self.beat.beat();
         if self.watcher.is_none() {
             self.watcher = start_notify(&self.dir, self.tx.clone());
         }
@@ -55,6 +61,7 @@ impl DirWake {
             _ = tokio::time::sleep(self.rescan) => {}
         }
         while self.rx.try_recv().is_ok() {}
+        self.beat.beat();
     }
 }
 

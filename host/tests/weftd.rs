@@ -45,7 +45,9 @@ async fn two_agents_in_two_clusters_see_each_other() {
                 "malformed",
                 "name",
                 "ready",
-                "synced"
+                "reconnects",
+                "synced",
+                "synced_after_ms"
             ],
             "the status contract"
         );
@@ -200,10 +202,13 @@ async fn an_agent_loads_signed_plugins_calls_their_hooks_and_reloads_them() {
             "calls",
             "counters",
             "digest",
+            "failure_causes",
             "failures",
             "last_error",
+            "latency",
             "name",
             "priority",
+            "quarantines",
             "signed_by",
             "state",
             "version",

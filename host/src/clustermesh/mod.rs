@@ -24,7 +24,7 @@ pub use config_file::{parse_config_file, ConfigError};
 pub use layout::{cluster_config_key, Layout, HAS_CLUSTER_CONFIG_KEY};
 pub use mesh::ClusterMesh;
 pub use resource::Value;
-pub use status::{ClusterStatus, Counts, Synced};
+pub use status::{ClusterStatus, Counts, Synced, SyncedAfter};
 pub use wait::{PendingCluster, SyncReport, SyncTimeout};
 
 use std::sync::Arc;

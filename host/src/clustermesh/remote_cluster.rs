@@ -3,7 +3,7 @@
 
 use super::barrier::SyncBarrier;
 use super::resource::{decode, Owner, Store, Value};
-use super::status::{ClusterStatus, Counts, Synced};
+use super::status::{ClusterStatus, Counts, Synced, SyncedAfter};
 use super::{BarrierState, ClusterEvent, ClusterInfo, Observer, Resource, SyncCallbacks};
 use crate::kvstore::{self, Event};
 use std::collections::HashSet;
@@ -28,6 +28,8 @@ pub(crate) struct RemoteCluster {
     inner: Mutex<Inner>,
     observer: Arc<dyn Observer>,
     callbacks: SyncCallbacks,
+    /// When the cluster was added: barriers' release times count from here.
+    added: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -42,6 +44,31 @@ struct Inner {
     last_error: Option<String>,
     malformed: u64,
     stores: [Store; 4],
+    /// A failure happened since the connection was last healthy.
+    broken: bool,
+    reconnects: u64,
+    last_failure_unix: Option<u64>,
+    synced_after_ms: [Option<u64>; 4],
+}
+
+impl Inner {
+    /// Something failed: the next healthy moment counts as a reconnect.
+    fn failed(&mut self, error: String) {
+        self.last_error = Some(error);
+        self.broken = true;
+        self.last_failure_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs());
+    }
+
+    /// Healthy again (accepted, no stream failing) after a failure: a reconnect.
+    fn healed(&mut self) {
+        if self.broken && self.accepted && self.failing.is_empty() {
+            self.broken = false;
+            self.reconnects = self.reconnects.saturating_add(1);
+        }
+    }
 }
 
 impl RemoteCluster {
@@ -52,6 +79,7 @@ impl RemoteCluster {
             inner: Mutex::new(Inner::default()),
             observer,
             callbacks,
+            added: std::time::Instant::now(),
         }
     }
 
@@ -73,7 +101,7 @@ impl RemoteCluster {
         tracing::warn!(cluster = %self.name, %reason, "remote cluster refused");
         let mut inner = self.lock();
         inner.accepted = false;
-        inner.last_error = Some(reason);
+        inner.failed(reason);
         drop(inner);
         self.disconnect();
         self.announce_disconnect();
@@ -93,7 +121,7 @@ impl RemoteCluster {
         tracing::warn!(cluster = %self.name, %error, "remote cluster not connected");
         let mut inner = self.lock();
         inner.accepted = false;
-        inner.last_error = Some(error);
+        inner.failed(error);
     }
 
     /// The cluster config was accepted: watching starts.
@@ -103,6 +131,7 @@ impl RemoteCluster {
         inner.announce_disconnect = true;
         inner.id = id.or(inner.id);
         inner.failing.clear();
+        inner.healed();
         drop(inner);
         for b in &self.barriers {
             b.rearm();
@@ -126,11 +155,13 @@ impl RemoteCluster {
         tracing::warn!(cluster = %self.name, ?key, error = %error_chain(error), "remote cluster stream error");
         let mut inner = self.lock();
         inner.failing.insert(key);
-        inner.last_error = Some(error_chain(error));
+        inner.failed(error_chain(error));
     }
 
     pub fn stream_ok(&self, key: StreamKey) {
-        self.lock().failing.remove(&key);
+        let mut inner = self.lock();
+        inner.failing.remove(&key);
+        inner.healed();
     }
 
     /// Applies one event of resource `r` watched under `prefix`.
@@ -140,6 +171,7 @@ impl RemoteCluster {
             Event::Upsert { key, value, .. } => {
                 let mut inner = self.lock();
                 inner.failing.remove(&StreamKey::Resource(r));
+                inner.healed();
                 let owner = Owner {
                     name: cluster,
                     id: inner.id,
@@ -194,6 +226,8 @@ impl RemoteCluster {
                 let stale = self.lock().stores[r.index()].finish_resync();
                 self.emit_deletes(&stale);
                 if self.barriers[r.index()].release() {
+                    let after = u64::try_from(self.added.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    self.lock().synced_after_ms[r.index()] = Some(after);
                     tracing::info!(cluster, resource = %r, "initial list in: barrier released");
                     self.callbacks.run(r, &self.info());
                 }
@@ -251,6 +285,9 @@ impl RemoteCluster {
             counts: Self::counts(&inner),
             malformed: inner.malformed,
             last_error: inner.last_error.clone(),
+            last_failure_unix: inner.last_failure_unix,
+            reconnects: inner.reconnects,
+            synced_after_ms: SyncedAfter::from_array(inner.synced_after_ms),
         }
     }
 }

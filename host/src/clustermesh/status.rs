@@ -21,6 +21,47 @@ pub struct ClusterStatus {
     pub malformed: u64,
     /// The last error, or the reason the cluster is refused.
     pub last_error: Option<String>,
+    /// When the last failure (refusal, unreachable etcd, broken watch) happened, in
+    /// seconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_unix: Option<u64>,
+    /// Times a broken connection (a failed connect, a broken watch) was healthy again.
+    #[serde(default)]
+    pub reconnects: u64,
+    /// Per resource, how long after the cluster was added its barrier was released,
+    /// in milliseconds; `None` while pending.
+    #[serde(default)]
+    pub synced_after_ms: SyncedAfter,
+}
+
+/// Per resource, milliseconds from the cluster's addition to its barrier's release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SyncedAfter {
+    /// Nodes.
+    pub nodes: Option<u64>,
+    /// ipcache entries.
+    pub ipcache: Option<u64>,
+    /// Identities.
+    pub identities: Option<u64>,
+    /// Services.
+    pub services: Option<u64>,
+}
+
+impl SyncedAfter {
+    /// Builds the values from per-resource ones in [`super::Resource::ALL`] order.
+    pub fn from_array(s: [Option<u64>; 4]) -> Self {
+        Self {
+            nodes: s[0],
+            ipcache: s[1],
+            identities: s[2],
+            services: s[3],
+        }
+    }
+
+    /// The values in [`super::Resource::ALL`] order.
+    pub fn to_array(self) -> [Option<u64>; 4] {
+        [self.nodes, self.ipcache, self.identities, self.services]
+    }
 }
 
 /// Per-resource sync state.

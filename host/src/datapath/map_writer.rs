@@ -64,6 +64,9 @@ pub struct WriterStats {
     pub failed: u64,
     /// Batches taken from the queue.
     pub batches: u64,
+    /// Entries in the map now, as written by this writer (it fills its generation's
+    /// map from empty).
+    pub entries: u64,
 }
 
 #[derive(Default)]
@@ -154,6 +157,8 @@ impl Drop for MapWriter {
 }
 
 fn write_loop(shared: &Shared, map: &IpcacheMap) {
+    // The prefixes in the map: its entry count without walking it.
+    let mut present = std::collections::HashSet::new();
     loop {
         let (batch, upto) = {
             let mut q = shared.queue.lock().expect("map writer lock");
@@ -171,9 +176,15 @@ fn write_loop(shared: &Shared, map: &IpcacheMap) {
             let mut map = map.lock().expect("ipcache map lock");
             for (prefix, value) in batch {
                 let result = match value {
-                    Some(v) => map.insert(&prefix, v).map(|()| written += 1),
+                    Some(v) => map.insert(&prefix, v).map(|()| {
+                        written += 1;
+                        present.insert(prefix);
+                    }),
                     // Absent is fine: never written, say, when a replay raced a delete.
-                    None => map.remove(&prefix).map(|found| deleted += u64::from(found)),
+                    None => map.remove(&prefix).map(|found| {
+                        deleted += u64::from(found);
+                        present.remove(&prefix);
+                    }),
                 };
                 if let Err(e) = result {
                     failed += 1;
@@ -185,6 +196,7 @@ fn write_loop(shared: &Shared, map: &IpcacheMap) {
         q.stats.written += written;
         q.stats.deleted += deleted;
         q.stats.failed += failed;
+        q.stats.entries = present.len() as u64;
         q.done = upto;
         drop(q);
         shared.changed.notify_all();

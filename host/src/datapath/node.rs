@@ -42,6 +42,9 @@ pub struct DatapathStatus {
     pub deleted: u64,
     /// Writes the kernel refused.
     pub failed: u64,
+    /// Entries in this generation's ipcache map.
+    #[serde(default)]
+    pub map_entries: u64,
 }
 
 /// One endpoint in [`DatapathStatus`].
@@ -179,6 +182,7 @@ impl NodeDatapath {
             written,
             deleted,
             failed,
+            entries,
             ..
         } = self.writer.stats();
         DatapathStatus {
@@ -207,6 +211,7 @@ impl NodeDatapath {
             written,
             deleted,
             failed,
+            map_entries: entries,
         }
     }
 }

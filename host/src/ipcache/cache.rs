@@ -146,6 +146,20 @@ impl IpCache {
             .count()
     }
 
+    /// The number of resolved entries by the source of their strongest fact.
+    pub fn len_by_source(&self) -> std::collections::BTreeMap<Source, usize> {
+        let mut by = std::collections::BTreeMap::new();
+        for e in self
+            .lock()
+            .prefixes
+            .values()
+            .filter_map(|s| s.resolved.as_ref())
+        {
+            *by.entry(e.source).or_default() += 1;
+        }
+        by
+    }
+
     /// Whether there is no resolved entry.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

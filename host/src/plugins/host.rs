@@ -476,7 +476,7 @@ impl Inner {
         );
         worker.close();
         state.report.stalls += 1;
-        let replacement = Worker::start(self.cx.clone(), plugin, Start::Resume(record))
+        let replacement = Worker::start(self.cx.clone(), plugin, Start::Resume(Box::new(record)))
             .inspect_err(|e| tracing::error!(plugin = %worker.plugin.name, error = %e, "plugin removed: no thread to replace its stalled one"))
             .ok();
         match (live, shadow, replacement) {

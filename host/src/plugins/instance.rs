@@ -43,6 +43,20 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// The cause as metrics and status name it: `deadline`, `memory`, `limit`,
+    /// `contract` or `trap`.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            CallError::Deadline => "deadline",
+            CallError::MemoryCap => "memory",
+            CallError::Limit { .. } => "limit",
+            CallError::Contract(_) => "contract",
+            CallError::Trap { .. } => "trap",
+        }
+    }
+}
+
+impl CallError {
     pub(crate) fn from_wasmtime(e: &wasmtime::Error) -> Self {
         if matches!(e.downcast_ref(), Some(wasmtime::Trap::Interrupt))
             || e.downcast_ref::<BlockedPastDeadline>().is_some()

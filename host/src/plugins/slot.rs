@@ -91,6 +91,17 @@ pub struct PluginStatus {
     pub last_error: Option<String>,
     /// Counters the plugin reported (through `weft:plugin/metrics`).
     pub counters: BTreeMap<String, u64>,
+    /// Failed calls by cause: `deadline`, `memory`, `limit`, `contract`, `trap`,
+    /// `instantiate` (a new instance could not be made) or `stall` (its thread did not
+    /// answer within the stall bound).
+    #[serde(default)]
+    pub failure_causes: BTreeMap<String, u64>,
+    /// Times it was quarantined.
+    #[serde(default)]
+    pub quarantines: u64,
+    /// How long its calls took inside the instance.
+    #[serde(default)]
+    pub latency: crate::metrics::Latency,
 }
 
 /// One plugin's answer to a call: `None` when it was not called (quarantined),
@@ -132,6 +143,9 @@ pub struct Record {
     saved_counters: BTreeMap<String, u64>,
     /// The live instance's counters, as of the last call.
     live_counters: BTreeMap<String, u64>,
+    failure_causes: BTreeMap<&'static str, u64>,
+    quarantines: u64,
+    latency: crate::metrics::Latency,
 }
 
 impl Record {
@@ -145,6 +159,9 @@ impl Record {
             last_error: None,
             saved_counters: BTreeMap::new(),
             live_counters: BTreeMap::new(),
+            failure_causes: BTreeMap::new(),
+            quarantines: 0,
+            latency: crate::metrics::Latency::new(crate::metrics::CALL_BOUNDS_US),
         }
     }
 
@@ -158,10 +175,19 @@ impl Record {
         self.quarantined_until.is_some_and(|until| now < until)
     }
 
-    /// Records a failure; the threshold-th in a row starts a quarantine.
-    pub fn failed(&mut self, plugin: &str, isolation: &Isolation, now: Instant, error: String) {
-        tracing::warn!(plugin, %error, "plugin call failed; the built-in default answers");
+    /// Records a failure of `cause` ([`PluginStatus::failure_causes`]); the
+    /// threshold-th in a row starts a quarantine.
+    pub fn failed(
+        &mut self,
+        plugin: &str,
+        isolation: &Isolation,
+        now: Instant,
+        cause: &'static str,
+        error: String,
+    ) {
+        tracing::warn!(plugin, cause, %error, "plugin call failed; the built-in default answers");
         self.failures += 1;
+        *self.failure_causes.entry(cause).or_default() += 1;
         self.consecutive += 1;
         self.last_error = Some(error);
         if self.consecutive >= isolation.failure_threshold {
@@ -174,6 +200,7 @@ impl Record {
     /// again. A success resets both.
     pub fn quarantine(&mut self, plugin: &str, isolation: &Isolation, now: Instant) {
         self.quarantined_until = Some(now + self.next_quarantine);
+        self.quarantines += 1;
         tracing::warn!(plugin, for_ = ?self.next_quarantine, "plugin quarantined");
         self.next_quarantine = (self.next_quarantine * 2).min(isolation.max_quarantine);
     }
@@ -183,6 +210,7 @@ impl Record {
     pub fn stalled(&mut self, plugin: &str, isolation: &Isolation, now: Instant, error: String) {
         self.calls += 1;
         self.failures += 1;
+        *self.failure_causes.entry("stall").or_default() += 1;
         self.consecutive = self.consecutive.max(isolation.failure_threshold);
         tracing::error!(plugin, %error, "plugin stalled; the built-in default answers");
         self.last_error = Some(error);
@@ -219,6 +247,13 @@ impl Record {
             .into(),
             last_error: self.last_error.clone(),
             counters,
+            failure_causes: self
+                .failure_causes
+                .iter()
+                .map(|(c, n)| ((*c).to_owned(), *n))
+                .collect(),
+            quarantines: self.quarantines,
+            latency: self.latency.clone(),
         }
     }
 }
@@ -341,13 +376,15 @@ impl Slot {
                 Err(e) => {
                     let reason = e.to_string();
                     self.record
-                        .failed(&name, &cx.isolation, now, reason.clone());
+                        .failed(&name, &cx.isolation, now, "instantiate", reason.clone());
                     return Some(Err(reason));
                 }
             }
         }
         let instance = self.instance.as_mut().expect("instantiated above");
+        let started = std::time::Instant::now();
         let result = f(instance);
+        self.record.latency.observe(started.elapsed());
         let dropped = instance.dropped_logs();
         if dropped > 0 {
             tracing::warn!(plugin = %name, dropped, "plugin log flood cut");
@@ -369,7 +406,7 @@ impl Slot {
                 self.record.retire_counters();
                 let reason = e.to_string();
                 self.record
-                    .failed(&name, &cx.isolation, now, reason.clone());
+                    .failed(&name, &cx.isolation, now, e.cause(), reason.clone());
                 Some(Err(reason))
             }
         }

@@ -53,7 +53,7 @@ pub(crate) enum Start {
     /// Instantiate and `init`, answering whether that worked.
     Fresh(oneshot::Sender<Result<(), Error>>),
     /// Carry on a stalled worker's record; instantiate at the first call.
-    Resume(Record),
+    Resume(Box<Record>),
 }
 
 /// A handle to one plugin's thread.
@@ -78,7 +78,7 @@ impl Worker {
     pub fn start(cx: Context, plugin: LoadedPlugin, start: Start) -> Result<Arc<Self>, Error> {
         // A resumed plugin shows its record at once, not from its thread's first job.
         let record = match &start {
-            Start::Resume(record) => Some(record.clone()),
+            Start::Resume(record) => Some((**record).clone()),
             Start::Fresh(_) => None,
         };
         let worker = Arc::new(Worker {
@@ -113,7 +113,7 @@ impl Worker {
                     None
                 }
             },
-            Start::Resume(record) => Slot::resume(&cx, plugin, record)
+            Start::Resume(record) => Slot::resume(&cx, plugin, *record)
                 .inspect_err(|e| tracing::error!(error = %e, "plugin not resumed"))
                 .ok(),
         };

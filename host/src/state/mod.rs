@@ -29,10 +29,14 @@ pub struct State {
 }
 
 /// Totals for `weftd status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Totals {
     /// Resolved ipcache entries.
     pub ipcache: usize,
+    /// Of those, by the source of their strongest fact (`local`, `kvstore`,
+    /// `clustermesh`, …).
+    #[serde(default)]
+    pub ipcache_by_source: std::collections::BTreeMap<String, usize>,
     /// Known nodes (this one included).
     pub nodes: usize,
     /// Known identities by kind.
@@ -57,8 +61,13 @@ impl State {
 
     /// Current totals.
     pub fn totals(&self) -> Totals {
+        let by_source = self.ipcache.len_by_source();
         Totals {
-            ipcache: self.ipcache.len(),
+            ipcache: by_source.values().sum(),
+            ipcache_by_source: by_source
+                .into_iter()
+                .map(|(s, n)| (s.name().to_owned(), n))
+                .collect(),
             nodes: self.nodes.len(),
             identities: self
                 .identities

@@ -289,7 +289,9 @@ impl PodRoutes {
     }
 
     async fn run(self: Arc<Self>) {
+        let beat = crate::health::Beat::register("the pod routes' reconciler", RECHECK);
         loop {
+            beat.beat();
             let wanted = self.table.lock().expect("route table lock").wanted();
             let (device, netns) = (self.device.clone(), self.netns.clone());
             let result = netlink::in_namespace(netns.as_deref(), move |h| async move {

@@ -134,6 +134,13 @@ fn spawn(
         ])
         .args(["--log-format", "json"])
         .args(extra)
+        // Agents run side by side here: each on a port of its own unless told.
+        .args(
+            (!extra.iter().any(|a| *a == "--health-addr"))
+                .then_some(["--health-addr", "127.0.0.1:0"])
+                .into_iter()
+                .flatten(),
+        )
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod bpf;
 pub mod cni;
 mod etcd;
+pub mod http;
 mod mesh;
 pub mod netns;
 mod plugins;
