@@ -32,8 +32,9 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the agent.
     Run(Box<RunArgs>),
-    /// Show the running agent's view of the cluster mesh.
-    Status(StatusArgs),
+    /// Show the running agent's view of the cluster mesh; with --wait, wait until
+    /// every remote cluster is ready (for scripts: the exit code says).
+    Status(StatusCommand),
     /// Write this cluster's config to its etcd.
     ClusterConfig(ClusterConfigArgs),
     /// Inspect the running agent's ipcache.
@@ -385,6 +386,22 @@ pub struct StatusArgs {
     pub output: Output,
 }
 
+/// `weftd status`.
+#[derive(Debug, Args)]
+pub struct StatusCommand {
+    /// Where the agent is, and the output format.
+    #[command(flatten)]
+    pub args: StatusArgs,
+    /// Wait until every remote cluster the agent knows is ready (all four barriers
+    /// released), then show the status; exit non-zero naming what is pending (or
+    /// that the agent does not answer) when --timeout passes.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
 /// Output formats of `weftd status`.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Output {
@@ -502,6 +519,56 @@ impl RunArgs {
     }
 }
 
+/// What keeps `weftd status --wait` waiting: one line per remote cluster not ready
+/// (its pending barriers and its last error); empty once every one is ready.
+///
+/// # Example
+/// ```
+/// let report: weft::api::StatusReport =
+///     serde_json::from_str(r#"{"cluster":"c1","clusters":[]}"#).unwrap();
+/// assert!(weft::cli::pending_clusters(&report).is_empty());
+/// ```
+pub fn pending_clusters(report: &api::StatusReport) -> Vec<String> {
+    report
+        .clusters
+        .iter()
+        .filter(|c| !c.ready)
+        .map(|c| {
+            let flags = [
+                c.synced.nodes,
+                c.synced.ipcache,
+                c.synced.identities,
+                c.synced.services,
+            ];
+            let pending: Vec<&str> = clustermesh::Resource::ALL
+                .iter()
+                .zip(flags)
+                .filter(|(_, synced)| !synced)
+                .map(|(r, _)| r.name())
+                .collect();
+            let error = c
+                .last_error
+                .as_deref()
+                .map_or(String::new(), |e| format!("; last error: {e}"));
+            format!(
+                "{}: {} pending{}{error}",
+                c.name,
+                pending.join(", "),
+                if c.connected { "" } else { " (not connected)" }
+            )
+        })
+        .collect()
+}
+
+/// A duration in milliseconds, briefly (`120ms`, `3.4s`, `2m05s`).
+fn brief_ms(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1e3),
+        _ => format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1_000),
+    }
+}
+
 /// Renders the status as the table `weftd status` prints.
 pub fn render_status(report: &api::StatusReport) -> String {
     let mut out = format!("cluster: {}\n", report.cluster);
@@ -516,6 +583,14 @@ pub fn render_status(report: &api::StatusReport) -> String {
             t.local_identities,
             t.rejected,
         ));
+        if !t.ipcache_by_source.is_empty() {
+            let by: Vec<String> = t
+                .ipcache_by_source
+                .iter()
+                .map(|(source, n)| format!("{source} {n}"))
+                .collect();
+            out.push_str(&format!("  ipcache by source: {}\n", by.join(", ")));
+        }
     }
     if let Some(p) = &report.plugins {
         out.push_str(&render_plugins(p));
@@ -525,9 +600,10 @@ pub fn render_status(report: &api::StatusReport) -> String {
     }
     if let Some(d) = &report.datapath {
         out.push_str(&format!(
-            "datapath: generation {} under {} ({} written, {} deleted, {} refused)\n",
+            "datapath: generation {} under {}: {} map entries ({} written, {} deleted, {} refused)\n",
             d.generation,
             d.root.display(),
+            d.map_entries,
             d.written,
             d.deleted,
             d.failed
@@ -560,7 +636,7 @@ pub fn render_status(report: &api::StatusReport) -> String {
         return out;
     }
     out.push_str(&format!(
-        "{:<16} {:>4} {:<9} {:<5} {:<12} {:<12} {:<12} {:<12} {:>9}  {}\n",
+        "{:<16} {:>4} {:<9} {:<5} {:<16} {:<16} {:<16} {:<16} {:>9} {:>10}  {}\n",
         "REMOTE",
         "ID",
         "CONNECTED",
@@ -570,23 +646,41 @@ pub fn render_status(report: &api::StatusReport) -> String {
         "IDENTITIES",
         "SERVICES",
         "MALFORMED",
+        "RECONNECTS",
         "LAST ERROR"
     ));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     for c in &report.clusters {
-        let cell =
-            |synced: bool, n: usize| format!("{}({n})", if synced { "synced" } else { "pending" });
+        // A barrier: `synced` with how long after the cluster's addition, or
+        // `pending`; the values held in brackets.
+        let cell = |synced: bool, after: Option<u64>, n: usize| match (synced, after) {
+            (true, Some(ms)) => format!("synced {}({n})", brief_ms(ms)),
+            (true, None) => format!("synced({n})"),
+            (false, _) => format!("pending({n})"),
+        };
+        let after = c.synced_after_ms;
+        let error = match (&c.last_error, c.last_failure_unix) {
+            (Some(e), Some(at)) => {
+                format!("{e} ({} ago)", brief_ms(now.saturating_sub(at) * 1_000))
+            }
+            (Some(e), None) => e.clone(),
+            (None, _) => "-".into(),
+        };
         out.push_str(&format!(
-            "{:<16} {:>4} {:<9} {:<5} {:<12} {:<12} {:<12} {:<12} {:>9}  {}\n",
+            "{:<16} {:>4} {:<9} {:<5} {:<16} {:<16} {:<16} {:<16} {:>9} {:>10}  {}\n",
             c.name,
             c.id.map_or("-".into(), |i| i.to_string()),
             if c.connected { "yes" } else { "no" },
             if c.ready { "yes" } else { "no" },
-            cell(c.synced.nodes, c.counts.nodes),
-            cell(c.synced.ipcache, c.counts.ipcache),
-            cell(c.synced.identities, c.counts.identities),
-            cell(c.synced.services, c.counts.services),
+            cell(c.synced.nodes, after.nodes, c.counts.nodes),
+            cell(c.synced.ipcache, after.ipcache, c.counts.ipcache),
+            cell(c.synced.identities, after.identities, c.counts.identities),
+            cell(c.synced.services, after.services, c.counts.services),
             c.malformed,
-            c.last_error.as_deref().unwrap_or("-"),
+            c.reconnects,
+            error,
         ));
     }
     out

@@ -16,10 +16,15 @@ async fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             weft::agent::run(args.into_config(), shutdown_signal()).await?;
         }
-        Command::Status(args) => {
-            let report = weft::api::fetch_status(&args.state_dir)
-                .await
-                .context("is weftd running with this --state-dir?")?;
+        Command::Status(cmd) => {
+            let args = &cmd.args;
+            let report = if cmd.wait {
+                wait_ready(&args.state_dir, cmd.timeout).await?
+            } else {
+                weft::api::fetch_status(&args.state_dir)
+                    .await
+                    .context("is weftd running with this --state-dir?")?
+            };
             match args.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
                 Output::Text => print!("{}", cli::render_status(&report)),
@@ -222,5 +227,33 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// `weftd status --wait`: the status once every remote cluster is ready; an error
+/// naming what is pending (or that the agent does not answer) after `timeout`.
+async fn wait_ready(
+    state_dir: &std::path::Path,
+    timeout: std::time::Duration,
+) -> anyhow::Result<weft::api::StatusReport> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let why = match weft::api::fetch_status(state_dir).await {
+            Ok(report) => {
+                let pending = cli::pending_clusters(&report);
+                if pending.is_empty() {
+                    return Ok(report);
+                }
+                pending.join("\n  ")
+            }
+            Err(e) => format!("the agent does not answer: {e}"),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "not ready after {}:\n  {why}",
+                humantime::format_duration(timeout)
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use support::agent::{cluster_config, Agent};
 use support::http::{free_addr, get};
-use support::Etcd;
+use support::{eventually, Etcd};
 
 /// The value of the sample `name{labels}` (exactly as exposed), if present.
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -280,4 +280,64 @@ async fn an_address_in_use_stops_the_agent_naming_the_flag() {
         stderr.contains(&format!("--prometheus-serve-addr on {addr}")),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn status_wait_exits_once_every_remote_cluster_is_ready_and_names_what_is_pending() {
+    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
+    cluster_config("cluster1", 1, &e1, false);
+    cluster_config("cluster2", 2, &e2, false);
+    let _a2 = Agent::start("cluster2", 2, &e2);
+    e2.pause();
+    let a1 = Agent::start("cluster1", 1, &e1);
+    support::write_config_file(a1.mesh_dir.path(), "cluster2", &e2.url());
+    eventually("the agent knows cluster2", Duration::from_secs(30), || {
+        a1.status_json()
+            .filter(|s| s["clusters"][0]["name"] == "cluster2")
+    })
+    .await;
+    let wait = |timeout: &str| {
+        let state = a1.state.path().to_owned();
+        let timeout = timeout.to_owned();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(support::agent::WEFTD)
+                .args(["status", "--wait", "--timeout", &timeout, "--state-dir"])
+                .arg(state)
+                .output()
+                .unwrap()
+        })
+    };
+    let out = wait("2s").await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "cluster2 is frozen");
+    assert!(stderr.contains("not ready after 2s"), "{stderr}");
+    assert!(
+        stderr.contains("cluster2: nodes, ipcache, identities, services pending"),
+        "{stderr}"
+    );
+    e2.resume();
+    let out = wait("30s").await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("cluster2 "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(row.contains(" yes       yes   synced "), "{row}");
+    assert!(stdout.contains("ipcache by source: "), "{stdout}");
+
+    // No agent there: it says so, after the timeout.
+    let nowhere = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(support::agent::WEFTD)
+        .args(["status", "--wait", "--timeout", "1s", "--state-dir"])
+        .arg(nowhere.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("the agent does not answer"), "{stderr}");
 }
