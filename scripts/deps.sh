@@ -12,6 +12,10 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v clang-19 >/dev/null || need+=(clang-19)
 [ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 command -v ip >/dev/null || need+=(iproute2)
+# The operator guide's commands (run by the tests) use curl.
+command -v curl >/dev/null || need+=(curl)
+# The deployment's tooling is installed with pip into a venv (below).
+python3 -c "import venv" 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo_cmd=""

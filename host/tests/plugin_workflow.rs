@@ -129,41 +129,13 @@ async fn a_shadow_is_compared_never_acted_on_and_a_recording_replays_against_a_b
     assert!(host.report().recording.is_some_and(|r| r.dropped == 0));
 }
 
-/// The shell block of the SDK README's walkthrough tagged `walkthrough=<step>`.
-fn readme_block(step: &str) -> String {
+/// The SDK README's walkthrough step `step`, run as written in `dir`.
+fn step(shell: &support::docs::Shell, step: &str, dir: &std::path::Path) -> String {
     let readme = include_str!("../../plugin-sdk/README.md");
-    let fence = format!("```sh walkthrough={step}\n");
-    let start = readme
-        .find(&fence)
-        .unwrap_or_else(|| panic!("no {step} block in the SDK README"))
-        + fence.len();
-    let end = readme[start..].find("```").unwrap() + start;
-    readme[start..end].to_owned()
-}
-
-/// What the README's blocks are run with.
-struct Shell {
-    env: Vec<(&'static str, std::ffi::OsString)>,
-}
-
-impl Shell {
-    /// Runs the README's `step` block in `dir`, as written; its standard output.
-    fn run(&self, step: &str, dir: &std::path::Path) -> String {
-        let script = readme_block(step);
-        let out = std::process::Command::new("bash")
-            .args(["-euo", "pipefail", "-c", &script])
-            .current_dir(dir)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "README step {step} failed:\n{script}\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-    }
+    shell.run(
+        &support::docs::block(readme, &format!("sh walkthrough={step}")),
+        dir,
+    )
 }
 
 /// The SDK README's vendor walkthrough, run as written against a real agent: new →
@@ -207,7 +179,7 @@ async fn the_sdk_readme_walkthrough_runs_as_written() {
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
     ))
     .unwrap();
-    let shell = Shell {
+    let shell = support::docs::Shell {
         env: vec![
             ("PATH", path),
             ("KEY", vendor.key.clone().into()),
@@ -232,10 +204,10 @@ async fn the_sdk_readme_walkthrough_runs_as_written() {
             .cloned()
     };
 
-    shell.run("new", &work);
+    step(&shell, "new", &work);
     let krate = work.join("acme-policy");
-    shell.run("build", &krate);
-    let signed = shell.run("sign", &krate);
+    step(&shell, "build", &krate);
+    let signed = step(&shell, "sign", &krate);
     assert!(signed.contains("accepted: signed by \"acme\""), "{signed}");
     let live = support::eventually("acme-policy loaded", Duration::from_secs(30), || {
         plugin(&agent.status_json()?)
@@ -260,7 +232,7 @@ async fn the_sdk_readme_walkthrough_runs_as_written() {
         },
     )
     .await;
-    let tested = shell.run("test", &krate);
+    let tested = step(&shell, "test", &krate);
     // The question acme-policy 0.1.0 answered (5 s) is answered differently (1 s);
     // the one before it was shipped is compared with what the agent did.
     assert!(
@@ -271,7 +243,7 @@ async fn the_sdk_readme_walkthrough_runs_as_written() {
         "{tested}"
     );
 
-    shell.run("shadow", &krate);
+    step(&shell, "shadow", &krate);
     support::eventually("the shadow loaded", Duration::from_secs(30), || {
         let s = agent.status_json()?;
         (s["plugins"]["shadows"][0]["version"] == "0.2.0").then_some(())
@@ -286,7 +258,7 @@ async fn the_sdk_readme_walkthrough_runs_as_written() {
     .await;
     assert_eq!(shadow["agreed"], 0, "{shadow}");
     assert!(!shadow["last_disagreement"].is_null(), "{shadow}");
-    let status = shell.run("status", &krate);
+    let status = step(&shell, "status", &krate);
     assert!(
         status.contains("shadow acme-policy 0.2.0 (signed by acme): 1 compared, 0 agreed")
             && status.contains("last disagreement on regeneration-policy"),
@@ -296,7 +268,7 @@ async fn the_sdk_readme_walkthrough_runs_as_written() {
     let live = plugin(&agent.status_json().unwrap()).unwrap();
     assert_eq!(live["version"], "0.1.0");
 
-    shell.run("promote", &krate);
+    step(&shell, "promote", &krate);
     support::eventually(
         "0.2.0 promoted, the shadow gone",
         Duration::from_secs(30),

@@ -37,7 +37,9 @@ const RESCAN: Duration = Duration::from_secs(2);
 
 /// Watches `dir`: one [`DirEvent::Upsert`] per file at start and [`DirEvent::InitDone`],
 /// then one event per change.
-/// Hidden files (Kubernetes' `..data` links) are ignored; the stream stops when dropped.
+/// Hidden files (Kubernetes' `..data` links) are ignored, and so are names with a dot:
+/// no cluster name has one, and the TLS files a cluster's config names sit beside it
+/// in the same Secret (`cluster2.crt`). The stream stops when dropped.
 pub fn watch_dir(dir: PathBuf) -> ReceiverStream<DirEvent> {
     watch_dir_counting(dir, Arc::default())
 }
@@ -78,7 +80,7 @@ fn rescan(dir: &Path, known: &mut BTreeMap<String, Vec<u8>>) -> Vec<DirEvent> {
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
             // `is_file` follows symlinks, as Kubernetes' secret mounts need.
-            if name.starts_with('.') || !path.is_file() {
+            if name.contains('.') || !path.is_file() {
                 continue;
             }
             match std::fs::read(&path) {
@@ -130,6 +132,8 @@ mod tests {
             "endpoints: [http://127.0.0.1:9]\n",
         )
         .unwrap();
+        // A TLS file the config names, beside it in the Secret: no cluster.
+        std::fs::write(dir.path().join("c1.crt"), "-----BEGIN CERTIFICATE-----\n").unwrap();
         let mut s = watch_dir(dir.path().to_owned());
         match next(&mut s).await {
             DirEvent::Upsert { name, config } => {

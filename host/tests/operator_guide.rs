@@ -1,0 +1,152 @@
+//! `docs/operator-guide.md`, run as written: its install and upgrade commands with
+//! Helm (as `helm template` with the same arguments: no API server runs here), its
+//! Secret validated against the Kubernetes schemas, and its status, health, metrics
+//! and troubleshooting commands against a running agent on the ports the guide names.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use support::agent::{cluster_config, Agent, WEFTD};
+use support::docs::{block, Shell};
+use support::{eventually, Etcd};
+
+const GUIDE: &str = include_str!("../../docs/operator-guide.md");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A directory for the guide's PATH: `helm`, which renders what install and upgrade
+/// would apply (`helm template`, same arguments), before weftd's directory and the
+/// test's PATH.
+fn path_with_helm(dir: &Path) -> std::ffi::OsString {
+    let helm = root().join("target/tools/venv/bin/helm");
+    assert!(
+        helm.exists(),
+        "{} is missing: run `make deps`",
+        helm.display()
+    );
+    let wrapper = dir.join("helm");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in install|upgrade) shift; exec {} template \"$@\";; esac\nexec {} \"$@\"\n",
+            helm.display(),
+            helm.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let weftd_dir = Path::new(WEFTD).parent().unwrap().to_path_buf();
+    std::env::join_paths(
+        [dir.to_path_buf(), weftd_dir]
+            .into_iter()
+            .chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            )),
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_install_and_upgrade_render_and_the_secret_is_valid() {
+    let work = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(root().join("deploy"), work.path().join("deploy")).unwrap();
+    let shell = Shell {
+        env: vec![("PATH", path_with_helm(work.path()))],
+    };
+    let installed = shell.run(&block(GUIDE, "sh operator=install"), work.path());
+    assert!(installed.contains("kind: DaemonSet"), "{installed}");
+    assert!(
+        installed.contains("value: \"cluster1\""),
+        "the values file is used:\n{installed}"
+    );
+    let upgraded = shell.run(&block(GUIDE, "sh operator=upgrade"), work.path());
+    assert!(
+        upgraded.contains(
+            "image: \"ghcr.io/weft-dev/weft@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\""
+        ) || upgraded.contains(
+            "image: ghcr.io/weft-dev/weft@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        ),
+        "pinned by digest:\n{upgraded}"
+    );
+
+    let secret = work.path().join("secret.yaml");
+    std::fs::write(&secret, block(GUIDE, "yaml operator=secret")).unwrap();
+    let out = std::process::Command::new(root().join("target/tools/venv/bin/kubernetes-validate"))
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(&secret)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The config in it is one weft reads, and its TLS files would not be clusters.
+    let config = block(GUIDE, "yaml operator=secret");
+    let text: String = config
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("endpoints:"))
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    let endpoints = weft::clustermesh::parse_config_file(Path::new("cluster2"), &text)
+        .unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(
+        endpoints.urls,
+        ["https://clustermesh.cluster2.example:2379"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_status_health_metrics_and_troubleshooting_commands_answer_as_the_guide_says() {
+    let (e1, e2) = (Etcd::start().await, Etcd::start().await);
+    cluster_config("cluster1", 1, &e1, false);
+    cluster_config("cluster2", 2, &e2, false);
+    let _a2 = Agent::start("cluster2", 2, &e2);
+    // The ports the guide names (no other test here binds them).
+    let a1 = Agent::start_with(
+        "cluster1",
+        1,
+        &e1,
+        &[
+            "--health-addr".as_ref(),
+            "127.0.0.1:9879".as_ref(),
+            "--prometheus-serve-addr".as_ref(),
+            "127.0.0.1:9962".as_ref(),
+        ],
+    );
+    support::write_config_file(a1.mesh_dir.path(), "cluster2", &e2.url());
+    eventually("cluster2 ready", Duration::from_secs(30), || {
+        a1.status_json()
+            .filter(|s| s["clusters"][0]["ready"] == true)
+    })
+    .await;
+    let work = tempfile::tempdir().unwrap();
+    let shell = Shell {
+        env: vec![
+            ("PATH", path_with_helm(work.path())),
+            ("WEFT_STATE_DIR", a1.state.path().into()),
+        ],
+    };
+    let run = |name: &str| {
+        let script = block(GUIDE, &format!("sh operator={name}"));
+        let (shell, dir) = (&shell, work.path().to_owned());
+        tokio::task::block_in_place(|| shell.run(&script, &dir))
+    };
+    let status = run("status");
+    assert_eq!(
+        status.matches("cluster2 ").count(),
+        2,
+        "the view, then again after --wait:\n{status}"
+    );
+    assert_eq!(run("health"), "ok\nok\n");
+    assert_eq!(
+        run("metrics"),
+        "weft_remote_cluster_ready{cluster=\"cluster2\"} 1.0\n"
+    );
+    assert!(run("waiting").contains("no barrier pending"));
+    assert_eq!(run("peers"), "no WireGuard on this agent\n");
+}
