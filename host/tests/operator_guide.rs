@@ -1,7 +1,8 @@
-//! `docs/operator-guide.md`, run as written: its install and upgrade commands with
-//! Helm (as `helm template` with the same arguments: no API server runs here), its
-//! Secret validated against the Kubernetes schemas, and its status, health, metrics
-//! and troubleshooting commands against a running agent on the ports the guide names.
+//! `docs/operator-guide.md` and `docs/plugin-author-guide.md`, run as written: the
+//! install and upgrade commands with Helm (as `helm template` with the same
+//! arguments: no API server runs here), the manifests validated against the
+//! Kubernetes schemas, and the status, health, metrics, troubleshooting and plugin
+//! commands against a running agent on the ports the guides name.
 
 mod support;
 
@@ -12,6 +13,24 @@ use support::docs::{block, Shell};
 use support::{eventually, Etcd};
 
 const GUIDE: &str = include_str!("../../docs/operator-guide.md");
+const PLUGINS: &str = include_str!("../../docs/plugin-author-guide.md");
+
+/// `kubernetes-validate --strict` of `manifest`: the validator's output on failure.
+fn validate(manifest: &str) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("manifest.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let out = std::process::Command::new(root().join("target/tools/venv/bin/kubernetes-validate"))
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -73,17 +92,26 @@ fn the_install_and_upgrade_render_and_the_secret_is_valid() {
         "pinned by digest:\n{upgraded}"
     );
 
-    let secret = work.path().join("secret.yaml");
-    std::fs::write(&secret, block(GUIDE, "yaml operator=secret")).unwrap();
-    let out = std::process::Command::new(root().join("target/tools/venv/bin/kubernetes-validate"))
-        .args(["--strict", "-k", "1.37.0"])
-        .arg(&secret)
-        .output()
-        .unwrap();
+    validate(&block(GUIDE, "yaml operator=secret")).unwrap();
+    validate(&block(PLUGINS, "yaml plugin=configmap")).unwrap();
+    let trust = block(PLUGINS, "yaml plugin=trust");
+    validate(&trust).unwrap();
+    // The trust policy in it is one the agent reads.
+    let toml: String = trust
+        .lines()
+        .skip_while(|l| !l.contains("[[keys]]"))
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    let policy = weft::plugins::TrustPolicy::parse(&toml).unwrap_or_else(|e| panic!("{e}: {toml}"));
+    assert_eq!(policy.keys_for("acme-policy").count(), 1);
+    assert_eq!(
+        policy.min_version("acme-policy").unwrap().to_string(),
+        "1.2.0"
+    );
+    // The control: the validator refuses what Kubernetes would.
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        validate(&block(PLUGINS, "yaml plugin=trust").replace("stringData", "stringDatum"))
+            .is_err()
     );
     // The config in it is one weft reads, and its TLS files would not be clusters.
     let config = block(GUIDE, "yaml operator=secret");
@@ -106,7 +134,18 @@ async fn the_status_health_metrics_and_troubleshooting_commands_answer_as_the_gu
     cluster_config("cluster1", 1, &e1, false);
     cluster_config("cluster2", 2, &e2, false);
     let _a2 = Agent::start("cluster2", 2, &e2);
-    // The ports the guide names (no other test here binds them).
+    // A vendor's plugin, signed, as the plugin guide ships it.
+    let vendor = support::agent::VendorKey::new();
+    let plugins = tempfile::tempdir().unwrap();
+    support::agent::package(
+        plugins.path(),
+        "acme-policy",
+        "regeneration_policy",
+        "1.2.0",
+        10,
+        &vendor.key,
+    );
+    // The ports the guides name (no other test here binds them).
     let a1 = Agent::start_with(
         "cluster1",
         1,
@@ -116,6 +155,10 @@ async fn the_status_health_metrics_and_troubleshooting_commands_answer_as_the_gu
             "127.0.0.1:9879".as_ref(),
             "--prometheus-serve-addr".as_ref(),
             "127.0.0.1:9962".as_ref(),
+            "--plugin-dir".as_ref(),
+            plugins.path().as_os_str(),
+            "--plugin-trusted-keys".as_ref(),
+            vendor.trusted.as_os_str(),
         ],
     );
     support::write_config_file(a1.mesh_dir.path(), "cluster2", &e2.url());
@@ -132,7 +175,10 @@ async fn the_status_health_metrics_and_troubleshooting_commands_answer_as_the_gu
         ],
     };
     let run = |name: &str| {
-        let script = block(GUIDE, &format!("sh operator={name}"));
+        let script = match name.strip_prefix("plugin:") {
+            Some(step) => block(PLUGINS, &format!("sh plugin={step}")),
+            None => block(GUIDE, &format!("sh operator={name}")),
+        };
         let (shell, dir) = (&shell, work.path().to_owned());
         tokio::task::block_in_place(|| shell.run(&script, &dir))
     };
@@ -149,4 +195,21 @@ async fn the_status_health_metrics_and_troubleshooting_commands_answer_as_the_gu
     );
     assert!(run("waiting").contains("no barrier pending"));
     assert_eq!(run("peers"), "no WireGuard on this agent\n");
+
+    // The plugin guide's view: the host endpoint's regeneration asked acme-policy.
+    let status = run("plugin:status");
+    assert!(status.starts_with("plugins: 1 loaded"), "{status}");
+    assert!(status.contains("acme-policy"), "{status}");
+    let metrics = run("plugin:metrics");
+    let calls = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("weft_plugin_calls_total{plugin=\"acme-policy\"} "))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(calls.parse::<u64>().unwrap() >= 1, "{metrics}");
+    assert!(
+        metrics.contains(&format!(
+            "weft_plugin_call_duration_seconds_count{{plugin=\"acme-policy\"}} {calls}\n"
+        )),
+        "every call timed:\n{metrics}"
+    );
 }

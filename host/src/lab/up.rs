@@ -389,6 +389,7 @@ async fn start_node(
     let cluster = spec.cluster_dir(n.cluster);
     std::fs::create_dir_all(&dir)
         .map_err(|e| step(format!("{name}'s directory"))(e.to_string()))?;
+    let health = free_port().map_err(|e| step(format!("{name}'s health port"))(e.to_string()))?;
     let mut cmd = Command::new(&programs.weftd);
     cmd.arg("run")
         .args(["--cluster-name", &Spec::cluster_name(n.cluster)])
@@ -417,6 +418,8 @@ async fn start_node(
         .arg(trusted)
         .arg("--plugin-cache-dir")
         .arg(dir.join("plugin-cache"))
+        // The agents run side by side in the lab's own namespace: a port each.
+        .args(["--health-addr", &format!("127.0.0.1:{health}")])
         .args(["--log-format", "json"]);
     let what = format!("weftd of {}", Spec::node_name(n));
     state.record(Made::Process {
