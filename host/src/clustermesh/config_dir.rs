@@ -14,7 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 /// A change in the directory.
 #[derive(Debug)]
 pub enum DirEvent {
-    /// A cluster's file appeared or its contents changed.
+    /// A cluster's file appeared or its contents changed, or a TLS file it names did.
     Upsert {
         /// The cluster's name (the file's name).
         name: String,
@@ -72,9 +72,34 @@ fn watch_dir_counting(dir: PathBuf, scans: Arc<AtomicUsize>) -> ReceiverStream<D
     ReceiverStream::new(rx)
 }
 
-/// Reads every cluster file and reports what differs from `known`.
+/// What a cluster's configuration is made of: its file, and the TLS files the file
+/// names (a CA, a certificate or a key replaced in place, as a Kubernetes Secret update
+/// does, changes it and reconnects the cluster with the new material).
+fn fingerprint(bytes: &[u8], config: &Result<Endpoints, ConfigError>) -> Vec<u8> {
+    let mut print = bytes.to_vec();
+    if let Ok(e) = config {
+        for path in [&e.tls.trusted_ca_file, &e.tls.cert_file, &e.tls.key_file]
+            .into_iter()
+            .flatten()
+        {
+            print.push(0);
+            print.extend_from_slice(path.as_os_str().as_encoded_bytes());
+            print.push(0);
+            match std::fs::read(path) {
+                Ok(content) => print.extend_from_slice(&content),
+                // Unreadable now: when it can be read again, that is a change.
+                Err(_) => print.push(1),
+            }
+        }
+    }
+    print
+}
+
+/// Reads every cluster file (and the TLS files each names) and reports what differs
+/// from `known`.
 fn rescan(dir: &Path, known: &mut BTreeMap<String, Vec<u8>>) -> Vec<DirEvent> {
     let mut now = BTreeMap::new();
+    let mut configs = BTreeMap::new();
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -85,7 +110,9 @@ fn rescan(dir: &Path, known: &mut BTreeMap<String, Vec<u8>>) -> Vec<DirEvent> {
             }
             match std::fs::read(&path) {
                 Ok(bytes) => {
-                    now.insert(name, bytes);
+                    let config = parse_config_file(&path, &String::from_utf8_lossy(&bytes));
+                    now.insert(name.clone(), fingerprint(&bytes, &config));
+                    configs.insert(name, config);
                 }
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "cannot read clustermesh config file")
@@ -97,14 +124,9 @@ fn rescan(dir: &Path, known: &mut BTreeMap<String, Vec<u8>>) -> Vec<DirEvent> {
     for name in known.keys().filter(|n| !now.contains_key(*n)) {
         events.push(DirEvent::Remove { name: name.clone() });
     }
-    for (name, bytes) in &now {
-        if known.get(name) != Some(bytes) {
-            let path = dir.join(name);
-            let config = parse_config_file(&path, &String::from_utf8_lossy(bytes));
-            events.push(DirEvent::Upsert {
-                name: name.clone(),
-                config,
-            });
+    for (name, config) in configs {
+        if known.get(&name) != now.get(&name) {
+            events.push(DirEvent::Upsert { name, config });
         }
     }
     *known = now;
@@ -162,6 +184,33 @@ mod tests {
         std::fs::remove_file(dir.path().join("c1")).unwrap();
         match next(&mut s).await {
             DirEvent::Remove { name } => assert_eq!(name, "c1"),
+            e => panic!("unexpected {e:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tls_file_replaced_in_place_reconnects_its_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("c1.ca");
+        std::fs::write(&ca, "first CA\n").unwrap();
+        std::fs::write(
+            dir.path().join("c1"),
+            format!(
+                "endpoints: [https://127.0.0.1:1]\ntrusted-ca-file: {}\n",
+                ca.display()
+            ),
+        )
+        .unwrap();
+        let mut s = watch_dir(dir.path().to_owned());
+        assert!(matches!(next(&mut s).await, DirEvent::Upsert { name, .. } if name == "c1"));
+        assert!(matches!(next(&mut s).await, DirEvent::InitDone));
+        // A Secret update: the CA's content changes, the config file does not.
+        std::fs::write(&ca, "rotated CA\n").unwrap();
+        match next(&mut s).await {
+            DirEvent::Upsert { name, config } => {
+                assert_eq!(name, "c1");
+                assert_eq!(config.unwrap().tls.trusted_ca_file, Some(ca));
+            }
             e => panic!("unexpected {e:?}"),
         }
     }
