@@ -243,42 +243,40 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tasks.spawn(crate::policy::dir::follow(dir, policy_tx));
     }
     let following_policies = config.policy_dir.is_some();
-    // One status for the API, the metrics and the lab alike.
+    // One status for the API and the metrics.
     let status: Arc<dyn Fn() -> StatusReport + Send + Sync> = {
-        {
-            let (mesh, state, plugins) = (mesh.clone(), state.clone(), plugin_host.clone());
-            let dp = node_datapath.clone();
-            let endpoints = endpoint_manager.clone();
-            let policies = policies.clone();
-            let wg = wireguard.as_ref().map(|wg| wg.peers.clone());
-            let routes = pod_routes.clone();
-            Arc::new(move || StatusReport {
-                cluster: own_cluster.clone(),
-                clusters: mesh.status(),
-                totals: Some(state.totals()),
-                plugins: Some(plugins.report()),
-                datapath: dp.as_ref().map(NodeDatapath::status),
-                wireguard: wg.as_ref().map(|wg| PeerSyncStatus {
-                    routes: routes.as_ref().map(|r| r.status()),
-                    ..wg.status()
-                }),
-                policies: following_policies.then(|| {
-                    let set = policies.borrow();
-                    api::PoliciesStatus {
-                        loaded: set.policies.iter().map(|p| p.name.clone()).collect(),
-                        refused: set.refused.clone(),
-                    }
-                }),
-                endpoints: endpoints.get().map(|m| {
-                    let all = m.list();
-                    let ready = all.iter().filter(|r| r.phase == Phase::Ready).count();
-                    api::EndpointsSummary {
-                        ready,
-                        creating: all.len() - ready,
-                    }
-                }),
-            })
-        }
+        let (mesh, state, plugins) = (mesh.clone(), state.clone(), plugin_host.clone());
+        let dp = node_datapath.clone();
+        let endpoints = endpoint_manager.clone();
+        let policies = policies.clone();
+        let wg = wireguard.as_ref().map(|wg| wg.peers.clone());
+        let routes = pod_routes.clone();
+        Arc::new(move || StatusReport {
+            cluster: own_cluster.clone(),
+            clusters: mesh.status(),
+            totals: Some(state.totals()),
+            plugins: Some(plugins.report()),
+            datapath: dp.as_ref().map(NodeDatapath::status),
+            wireguard: wg.as_ref().map(|wg| PeerSyncStatus {
+                routes: routes.as_ref().map(|r| r.status()),
+                ..wg.status()
+            }),
+            policies: following_policies.then(|| {
+                let set = policies.borrow();
+                api::PoliciesStatus {
+                    loaded: set.policies.iter().map(|p| p.name.clone()).collect(),
+                    refused: set.refused.clone(),
+                }
+            }),
+            endpoints: endpoints.get().map(|m| {
+                let all = m.list();
+                let ready = all.iter().filter(|r| r.phase == Phase::Ready).count();
+                api::EndpointsSummary {
+                    ready,
+                    creating: all.len() - ready,
+                }
+            }),
+        })
     };
     if let Some(addr) = config.prometheus_serve_addr {
         let serve = crate::metrics::serve(addr, status.clone(), waits.clone())

@@ -1,10 +1,14 @@
 //! The scrape: a [`StatusReport`] and the waits encoded as Prometheus families
 //! (OpenMetrics text, `weft_` prefix, base units; `prometheus-client` adds `_total` to
-//! counters and the unit to names).
+//! counters and the unit to names). One function per part of the status.
 
 use super::{Latency, WaitResult, Waiter};
-use crate::api::StatusReport;
-use crate::clustermesh::Resource;
+use crate::api::{EndpointsSummary, StatusReport};
+use crate::clustermesh::{ClusterStatus, Resource};
+use crate::datapath::DatapathStatus;
+use crate::plugins::PluginsReport;
+use crate::state::Totals;
+use crate::wireguard::PeerSyncStatus;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -29,459 +33,418 @@ enum Value<'a> {
     Histogram(&'a Latency),
 }
 
-/// Writes one family; a family with no samples is left out.
-fn family(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    samples: &[(Labels, Value)],
-) -> fmt::Result {
-    let Some((_, first)) = samples.first() else {
-        return Ok(());
-    };
-    let kind = match first {
-        Value::Gauge(_) => MetricType::Gauge,
-        Value::Counter(_) => MetricType::Counter,
-        Value::Histogram(_) => MetricType::Histogram,
-    };
-    let mut metric = enc.encode_descriptor(name, help, unit, kind)?;
-    for (labels, value) in samples {
-        let mut m = metric.encode_family(labels)?;
-        match value {
-            Value::Gauge(v) => m.encode_gauge(v)?,
-            Value::Counter(v) => m.encode_counter::<NoLabelSet, _, u64>(v, None)?,
-            Value::Histogram(l) => {
-                m.encode_histogram::<NoLabelSet>(l.sum_seconds(), l.count(), &l.buckets(), None)?;
-            }
-        }
-    }
-    Ok(())
-}
+/// The samples of one family.
+type Samples<'a> = Vec<(Labels, Value<'a>)>;
 
 fn flag(b: bool) -> Value<'static> {
     Value::Gauge(if b { 1.0 } else { 0.0 })
 }
 
-fn count(n: impl TryInto<u64>) -> u64 {
-    n.try_into().unwrap_or(u64::MAX)
+/// One unlabelled sample.
+fn one(v: Value<'_>) -> Samples<'_> {
+    vec![(Labels::new(), v)]
+}
+
+/// One sample per value of label `name`.
+fn by<'a>(
+    name: &'static str,
+    values: impl IntoIterator<Item = (&'a str, Value<'a>)>,
+) -> Samples<'a> {
+    values
+        .into_iter()
+        .map(|(label, v)| (vec![(name, label.to_owned())], v))
+        .collect()
+}
+
+/// Writes families into one scrape.
+struct Families<'e, 'a>(&'e mut DescriptorEncoder<'a>);
+
+impl Families<'_, '_> {
+    /// Writes one family; a family with no samples is left out.
+    fn write(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<&Unit>,
+        samples: &[(Labels, Value)],
+    ) -> fmt::Result {
+        let Some((_, first)) = samples.first() else {
+            return Ok(());
+        };
+        let kind = match first {
+            Value::Gauge(_) => MetricType::Gauge,
+            Value::Counter(_) => MetricType::Counter,
+            Value::Histogram(_) => MetricType::Histogram,
+        };
+        let mut metric = self.0.encode_descriptor(name, help, unit, kind)?;
+        for (labels, value) in samples {
+            let mut m = metric.encode_family(labels)?;
+            match value {
+                Value::Gauge(v) => m.encode_gauge(v)?,
+                Value::Counter(v) => m.encode_counter::<NoLabelSet, _, u64>(v, None)?,
+                Value::Histogram(l) => {
+                    m.encode_histogram::<NoLabelSet>(
+                        l.sum_seconds(),
+                        l.count(),
+                        &l.buckets(),
+                        None,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A family without a unit.
+    fn plain(&mut self, name: &str, help: &str, samples: &[(Labels, Value)]) -> fmt::Result {
+        self.write(name, help, None, samples)
+    }
+
+    /// A family in seconds.
+    fn seconds(&mut self, name: &str, help: &str, samples: &[(Labels, Value)]) -> fmt::Result {
+        self.write(name, help, Some(&Unit::Seconds), samples)
+    }
+}
+
+fn remote_clusters(f: &mut Families, clusters: &[ClusterStatus]) -> fmt::Result {
+    let each = |v: &dyn Fn(&ClusterStatus) -> Value<'static>| {
+        by("cluster", clusters.iter().map(|c| (c.name.as_str(), v(c))))
+    };
+    f.plain(
+        "remote_cluster_connected",
+        "Whether the remote cluster's etcd is reachable and every watch healthy.",
+        &each(&|c| flag(c.connected)),
+    )?;
+    f.plain(
+        "remote_cluster_ready",
+        "Whether all four of the remote cluster's barriers are released as synced.",
+        &each(&|c| flag(c.ready)),
+    )?;
+    let (mut synced, mut after, mut entries) = (Vec::new(), Vec::new(), Vec::new());
+    for c in clusters {
+        let flags = [
+            c.synced.nodes,
+            c.synced.ipcache,
+            c.synced.identities,
+            c.synced.services,
+        ];
+        let counts = [
+            c.counts.nodes,
+            c.counts.ipcache,
+            c.counts.identities,
+            c.counts.services,
+        ];
+        let times = c.synced_after_ms.to_array();
+        for (i, res) in Resource::ALL.into_iter().enumerate() {
+            let labels = || {
+                vec![
+                    ("cluster", c.name.clone()),
+                    ("resource", res.name().to_owned()),
+                ]
+            };
+            synced.push((labels(), flag(flags[i])));
+            entries.push((labels(), Value::Gauge(counts[i] as f64)));
+            if let Some(ms) = times[i] {
+                after.push((labels(), Value::Gauge(ms as f64 / 1e3)));
+            }
+        }
+    }
+    f.plain(
+        "remote_cluster_barrier_synced",
+        "Whether the resource's initial list is in (its sync barrier released).",
+        &synced,
+    )?;
+    f.seconds(
+        "remote_cluster_synced_after",
+        "Time from the cluster's addition to the release of the resource's barrier.",
+        &after,
+    )?;
+    f.plain(
+        "remote_cluster_entries",
+        "Values held from the remote cluster, by resource.",
+        &entries,
+    )?;
+    f.plain(
+        "remote_cluster_malformed_values",
+        "Values from the remote cluster skipped as malformed.",
+        &each(&|c| Value::Counter(c.malformed)),
+    )?;
+    f.plain(
+        "remote_cluster_reconnects",
+        "Times a broken connection to the remote cluster was healthy again.",
+        &each(&|c| Value::Counter(c.reconnects)),
+    )?;
+    let failed = by(
+        "cluster",
+        clusters
+            .iter()
+            .filter_map(|c| Some((c.name.as_str(), Value::Gauge(c.last_failure_unix? as f64)))),
+    );
+    f.seconds("remote_cluster_last_failure_timestamp", "When the remote cluster last failed (refused, unreachable, a broken watch), since the Unix epoch.", &failed)
+}
+
+fn waits(f: &mut Families, waits: &BTreeMap<(Waiter, WaitResult), Latency>) -> fmt::Result {
+    let samples: Vec<_> = waits
+        .iter()
+        .map(|((w, r), l)| {
+            let labels = vec![
+                ("waiter", w.name().to_owned()),
+                ("result", r.name().to_owned()),
+            ];
+            (labels, Value::Histogram(l))
+        })
+        .collect();
+    f.seconds(
+        "sync_wait_duration",
+        "How long waits on remote state took, by waiter and result.",
+        &samples,
+    )
+}
+
+fn state(f: &mut Families, t: &Totals) -> fmt::Result {
+    let by_source = by(
+        "source",
+        t.ipcache_by_source
+            .iter()
+            .map(|(s, n)| (s.as_str(), Value::Gauge(*n as f64))),
+    );
+    f.plain(
+        "ipcache_entries",
+        "Resolved ipcache entries, by the source of their strongest fact.",
+        &by_source,
+    )?;
+    f.plain(
+        "nodes",
+        "Known nodes, this one included.",
+        &one(Value::Gauge(t.nodes as f64)),
+    )?;
+    f.plain(
+        "state_rejected_values",
+        "Values the state refused (an identity of the wrong cluster, say).",
+        &one(Value::Counter(t.rejected)),
+    )
+}
+
+fn datapath(f: &mut Families, d: &DatapathStatus) -> fmt::Result {
+    f.plain(
+        "datapath_generation",
+        "The datapath generation this agent fills.",
+        &one(Value::Gauge(d.generation as f64)),
+    )?;
+    f.plain(
+        "datapath_map_entries",
+        "Entries in this generation's ipcache map.",
+        &one(Value::Gauge(d.map_entries as f64)),
+    )?;
+    f.plain(
+        "datapath_map_writes",
+        "ipcache map entries written.",
+        &one(Value::Counter(d.written)),
+    )?;
+    f.plain(
+        "datapath_map_deletes",
+        "ipcache map entries deleted.",
+        &one(Value::Counter(d.deleted)),
+    )?;
+    f.plain(
+        "datapath_map_write_errors",
+        "ipcache map writes the kernel refused.",
+        &one(Value::Counter(d.failed)),
+    )?;
+    let attached = d
+        .endpoints
+        .iter()
+        .filter(|e| e.generation.is_some())
+        .count();
+    let endpoints = by(
+        "state",
+        [
+            ("attached", Value::Gauge(attached as f64)),
+            (
+                "detached",
+                Value::Gauge((d.endpoints.len() - attached) as f64),
+            ),
+        ],
+    );
+    f.plain(
+        "datapath_endpoints",
+        "Datapath endpoints (links), attached to a generation or not.",
+        &endpoints,
+    )
+}
+
+fn wireguard(f: &mut Families, w: &PeerSyncStatus) -> fmt::Result {
+    let with = w
+        .peers
+        .iter()
+        .filter(|p| p.handshake_seconds_ago.is_some())
+        .count();
+    let peers = by(
+        "handshake",
+        [
+            ("yes", Value::Gauge(with as f64)),
+            ("no", Value::Gauge((w.peers.len() - with) as f64)),
+        ],
+    );
+    f.plain(
+        "wireguard_peers",
+        "The device's peers, with a handshake or none yet.",
+        &peers,
+    )?;
+    if let Some(oldest) = w.peers.iter().filter_map(|p| p.handshake_seconds_ago).max() {
+        f.seconds(
+            "wireguard_oldest_handshake_age",
+            "The age of the oldest latest handshake among the peers.",
+            &one(Value::Gauge(oldest as f64)),
+        )?;
+    }
+    f.plain(
+        "wireguard_restored_peers",
+        "Peers the device had when the agent started.",
+        &one(Value::Gauge(w.restored as f64)),
+    )?;
+    f.plain(
+        "wireguard_uapi_updates",
+        "Configuration updates sent to the device.",
+        &one(Value::Counter(w.updates)),
+    )?;
+    f.plain(
+        "wireguard_uapi_errors",
+        "Configuration updates the device refused (each followed by a resync).",
+        &one(Value::Counter(w.failed_updates)),
+    )?;
+    f.plain(
+        "wireguard_revivals",
+        "Times the device was gone and was opened again.",
+        &one(Value::Counter(w.revived)),
+    )?;
+    f.plain(
+        "wireguard_device_up",
+        "Whether the device answered the last question.",
+        &one(flag(w.device_error.is_none())),
+    )
+}
+
+fn plugins(f: &mut Families, p: &PluginsReport) -> fmt::Result {
+    let loaded = &p.loaded;
+    let each = |v: &dyn Fn(&crate::plugins::PluginStatus) -> Value<'static>| {
+        by("plugin", loaded.iter().map(|s| (s.name.as_str(), v(s))))
+    };
+    f.plain(
+        "plugin_calls",
+        "Hook calls made to the plugin.",
+        &each(&|s| Value::Counter(s.calls)),
+    )?;
+    let failures: Vec<_> = loaded
+        .iter()
+        .flat_map(|s| {
+            s.failure_causes.iter().map(|(cause, n)| {
+                (
+                    vec![("plugin", s.name.clone()), ("cause", cause.clone())],
+                    Value::Counter(*n),
+                )
+            })
+        })
+        .collect();
+    f.plain("plugin_failures", "Failed hook calls, by cause (deadline, memory, limit, contract, trap, instantiate, stall).", &failures)?;
+    f.plain(
+        "plugin_quarantines",
+        "Times the plugin was quarantined.",
+        &each(&|s| Value::Counter(s.quarantines)),
+    )?;
+    f.plain(
+        "plugin_quarantined",
+        "Whether the plugin is in quarantine now.",
+        &each(&|s| flag(s.state == "quarantined")),
+    )?;
+    let latency = by(
+        "plugin",
+        loaded
+            .iter()
+            .map(|s| (s.name.as_str(), Value::Histogram(&s.latency))),
+    );
+    f.seconds(
+        "plugin_call_duration",
+        "How long the plugin's hook calls took inside its instance.",
+        &latency,
+    )?;
+    let shadows = |v: &dyn Fn(&crate::plugins::ShadowStatus) -> u64| {
+        by(
+            "plugin",
+            p.shadows
+                .iter()
+                .map(|s| (s.name.as_str(), Value::Counter(v(s)))),
+        )
+    };
+    f.plain(
+        "plugin_shadow_compared",
+        "Questions a shadow plugin and the live one both answered.",
+        &shadows(&|s| s.compared),
+    )?;
+    f.plain(
+        "plugin_shadow_agreed",
+        "Of those, answered the same.",
+        &shadows(&|s| s.agreed),
+    )?;
+    let loads = by(
+        "result",
+        [
+            ("ok", Value::Counter(p.loads)),
+            ("failed", Value::Counter(p.failed_loads)),
+        ],
+    );
+    f.plain(
+        "plugin_loads",
+        "Plugin loads and reloads, by result.",
+        &loads,
+    )?;
+    f.plain(
+        "plugin_refused",
+        "Plugin manifests refused as they stand.",
+        &one(Value::Gauge(p.refused.len() as f64)),
+    )?;
+    f.plain(
+        "plugin_stalls",
+        "Plugin threads given up on and replaced.",
+        &one(Value::Counter(p.stalls)),
+    )?;
+    f.plain(
+        "plugin_dropped_hooks",
+        "Hooks dropped because a plugin's queue was full.",
+        &one(Value::Counter(p.dropped_hooks)),
+    )
+}
+
+fn endpoints(f: &mut Families, e: &EndpointsSummary) -> fmt::Result {
+    let states = by(
+        "state",
+        [
+            ("ready", Value::Gauge(e.ready as f64)),
+            ("creating", Value::Gauge(e.creating as f64)),
+        ],
+    );
+    f.plain("endpoints", "This node's endpoints, by state.", &states)
 }
 
 impl Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
-        let r = &self.report;
-        let seconds = Some(&Unit::Seconds);
-        let cluster = |name: &str| -> Labels { vec![("cluster", name.to_owned())] };
-        let per_resource = |name: &str, res: Resource| -> Labels {
-            vec![
-                ("cluster", name.to_owned()),
-                ("resource", res.name().to_owned()),
-            ]
-        };
-
-        // Remote clusters.
-        let cs = &r.clusters;
-        let each = |f: &dyn Fn(&crate::clustermesh::ClusterStatus) -> Value<'static>| {
-            cs.iter()
-                .map(|c| (cluster(&c.name), f(c)))
-                .collect::<Vec<_>>()
-        };
-        family(
-            &mut enc,
-            "remote_cluster_connected",
-            "Whether the remote cluster's etcd is reachable and every watch healthy.",
-            None,
-            &each(&|c| flag(c.connected)),
-        )?;
-        family(
-            &mut enc,
-            "remote_cluster_ready",
-            "Whether all four of the remote cluster's barriers are released as synced.",
-            None,
-            &each(&|c| flag(c.ready)),
-        )?;
-        let mut synced = Vec::new();
-        let mut synced_after = Vec::new();
-        let mut entries = Vec::new();
-        for c in cs {
-            let flags = [
-                c.synced.nodes,
-                c.synced.ipcache,
-                c.synced.identities,
-                c.synced.services,
-            ];
-            let counts = [
-                c.counts.nodes,
-                c.counts.ipcache,
-                c.counts.identities,
-                c.counts.services,
-            ];
-            for (i, res) in Resource::ALL.into_iter().enumerate() {
-                synced.push((per_resource(&c.name, res), flag(flags[i])));
-                entries.push((per_resource(&c.name, res), Value::Gauge(counts[i] as f64)));
-                if let Some(ms) = c.synced_after_ms.to_array()[i] {
-                    synced_after.push((per_resource(&c.name, res), Value::Gauge(ms as f64 / 1e3)));
-                }
-            }
-        }
-        family(
-            &mut enc,
-            "remote_cluster_barrier_synced",
-            "Whether the resource's initial list is in (its sync barrier released).",
-            None,
-            &synced,
-        )?;
-        family(
-            &mut enc,
-            "remote_cluster_synced_after",
-            "Time from the cluster's addition to the release of the resource's barrier.",
-            seconds,
-            &synced_after,
-        )?;
-        family(
-            &mut enc,
-            "remote_cluster_entries",
-            "Values held from the remote cluster, by resource.",
-            None,
-            &entries,
-        )?;
-        family(
-            &mut enc,
-            "remote_cluster_malformed_values",
-            "Values from the remote cluster skipped as malformed.",
-            None,
-            &each(&|c| Value::Counter(c.malformed)),
-        )?;
-        family(
-            &mut enc,
-            "remote_cluster_reconnects",
-            "Times a broken connection to the remote cluster was healthy again.",
-            None,
-            &each(&|c| Value::Counter(c.reconnects)),
-        )?;
-        let failures: Vec<_> = cs
-            .iter()
-            .filter_map(|c| Some((cluster(&c.name), Value::Gauge(c.last_failure_unix? as f64))))
-            .collect();
-        family(&mut enc, "remote_cluster_last_failure_timestamp", "When the remote cluster last failed (refused, unreachable, a broken watch), since the Unix epoch.", seconds, &failures)?;
-
-        // Waits.
-        let waits: Vec<_> = self
-            .waits
-            .iter()
-            .map(|((w, res), l)| {
-                (
-                    vec![
-                        ("waiter", w.name().to_owned()),
-                        ("result", res.name().to_owned()),
-                    ],
-                    Value::Histogram(l),
-                )
-            })
-            .collect();
-        family(
-            &mut enc,
-            "sync_wait_duration",
-            "How long waits on remote state took, by waiter and result.",
-            seconds,
-            &waits,
-        )?;
-
-        // The state: ipcache, nodes, identities.
+        let (r, f) = (&self.report, &mut Families(&mut enc));
+        remote_clusters(f, &r.clusters)?;
+        waits(f, &self.waits)?;
         if let Some(t) = &r.totals {
-            let by_source: Vec<_> = t
-                .ipcache_by_source
-                .iter()
-                .map(|(s, n)| (vec![("source", s.clone())], Value::Gauge(*n as f64)))
-                .collect();
-            family(
-                &mut enc,
-                "ipcache_entries",
-                "Resolved ipcache entries, by the source of their strongest fact.",
-                None,
-                &by_source,
-            )?;
-            family(
-                &mut enc,
-                "nodes",
-                "Known nodes, this one included.",
-                None,
-                &[(vec![], Value::Gauge(t.nodes as f64))],
-            )?;
-            family(
-                &mut enc,
-                "state_rejected_values",
-                "Values the state refused (an identity of the wrong cluster, say).",
-                None,
-                &[(vec![], Value::Counter(t.rejected))],
-            )?;
+            state(f, t)?;
         }
-
-        // The datapath.
         if let Some(d) = &r.datapath {
-            let one = |v: Value<'static>| [(Labels::new(), v)];
-            family(
-                &mut enc,
-                "datapath_generation",
-                "The datapath generation this agent fills.",
-                None,
-                &one(Value::Gauge(d.generation as f64)),
-            )?;
-            family(
-                &mut enc,
-                "datapath_map_entries",
-                "Entries in this generation's ipcache map.",
-                None,
-                &one(Value::Gauge(d.map_entries as f64)),
-            )?;
-            family(
-                &mut enc,
-                "datapath_map_writes",
-                "ipcache map entries written.",
-                None,
-                &one(Value::Counter(d.written)),
-            )?;
-            family(
-                &mut enc,
-                "datapath_map_deletes",
-                "ipcache map entries deleted.",
-                None,
-                &one(Value::Counter(d.deleted)),
-            )?;
-            family(
-                &mut enc,
-                "datapath_map_write_errors",
-                "ipcache map writes the kernel refused.",
-                None,
-                &one(Value::Counter(d.failed)),
-            )?;
-            let attached = d
-                .endpoints
-                .iter()
-                .filter(|e| e.generation.is_some())
-                .count();
-            let endpoints = [
-                (
-                    vec![("state", "attached".to_owned())],
-                    Value::Gauge(attached as f64),
-                ),
-                (
-                    vec![("state", "detached".to_owned())],
-                    Value::Gauge((d.endpoints.len() - attached) as f64),
-                ),
-            ];
-            family(
-                &mut enc,
-                "datapath_endpoints",
-                "Datapath endpoints (links), attached to a generation or not.",
-                None,
-                &endpoints,
-            )?;
+            datapath(f, d)?;
         }
-
-        // WireGuard.
         if let Some(w) = &r.wireguard {
-            let one = |v: Value<'static>| [(Labels::new(), v)];
-            let with = w
-                .peers
-                .iter()
-                .filter(|p| p.handshake_seconds_ago.is_some())
-                .count();
-            let peers = [
-                (
-                    vec![("handshake", "yes".to_owned())],
-                    Value::Gauge(with as f64),
-                ),
-                (
-                    vec![("handshake", "no".to_owned())],
-                    Value::Gauge((w.peers.len() - with) as f64),
-                ),
-            ];
-            family(
-                &mut enc,
-                "wireguard_peers",
-                "The device's peers, with a handshake or none yet.",
-                None,
-                &peers,
-            )?;
-            if let Some(oldest) = w.peers.iter().filter_map(|p| p.handshake_seconds_ago).max() {
-                family(
-                    &mut enc,
-                    "wireguard_oldest_handshake_age",
-                    "The age of the oldest latest handshake among the peers.",
-                    seconds,
-                    &one(Value::Gauge(oldest as f64)),
-                )?;
-            }
-            family(
-                &mut enc,
-                "wireguard_restored_peers",
-                "Peers the device had when the agent started.",
-                None,
-                &one(Value::Gauge(w.restored as f64)),
-            )?;
-            family(
-                &mut enc,
-                "wireguard_uapi_updates",
-                "Configuration updates sent to the device.",
-                None,
-                &one(Value::Counter(w.updates)),
-            )?;
-            family(
-                &mut enc,
-                "wireguard_uapi_errors",
-                "Configuration updates the device refused (each followed by a resync).",
-                None,
-                &one(Value::Counter(w.failed_updates)),
-            )?;
-            family(
-                &mut enc,
-                "wireguard_revivals",
-                "Times the device was gone and was opened again.",
-                None,
-                &one(Value::Counter(w.revived)),
-            )?;
-            let reachable = i64::from(w.device_error.is_none());
-            family(
-                &mut enc,
-                "wireguard_device_up",
-                "Whether the device answered the last question.",
-                None,
-                &one(Value::Gauge(reachable as f64)),
-            )?;
+            wireguard(f, w)?;
         }
-
-        // Plugins.
         if let Some(p) = &r.plugins {
-            let plugin = |name: &str| -> Labels { vec![("plugin", name.to_owned())] };
-            let loaded = &p.loaded;
-            let each = |f: &dyn Fn(&crate::plugins::PluginStatus) -> Value<'static>| {
-                loaded
-                    .iter()
-                    .map(|s| (plugin(&s.name), f(s)))
-                    .collect::<Vec<_>>()
-            };
-            family(
-                &mut enc,
-                "plugin_calls",
-                "Hook calls made to the plugin.",
-                None,
-                &each(&|s| Value::Counter(s.calls)),
-            )?;
-            let mut failures = Vec::new();
-            for s in loaded {
-                for (cause, n) in &s.failure_causes {
-                    failures.push((
-                        vec![("plugin", s.name.clone()), ("cause", cause.clone())],
-                        Value::Counter(*n),
-                    ));
-                }
-            }
-            family(&mut enc, "plugin_failures", "Failed hook calls, by cause (deadline, memory, limit, contract, trap, instantiate, stall).", None, &failures)?;
-            family(
-                &mut enc,
-                "plugin_quarantines",
-                "Times the plugin was quarantined.",
-                None,
-                &each(&|s| Value::Counter(s.quarantines)),
-            )?;
-            family(
-                &mut enc,
-                "plugin_quarantined",
-                "Whether the plugin is in quarantine now.",
-                None,
-                &each(&|s| flag(s.state == "quarantined")),
-            )?;
-            let latency: Vec<_> = loaded
-                .iter()
-                .map(|s| (plugin(&s.name), Value::Histogram(&s.latency)))
-                .collect();
-            family(
-                &mut enc,
-                "plugin_call_duration",
-                "How long the plugin's hook calls took inside its instance.",
-                seconds,
-                &latency,
-            )?;
-            let shadows = &p.shadows;
-            let compared: Vec<_> = shadows
-                .iter()
-                .map(|s| (plugin(&s.name), Value::Counter(s.compared)))
-                .collect();
-            let agreed: Vec<_> = shadows
-                .iter()
-                .map(|s| (plugin(&s.name), Value::Counter(s.agreed)))
-                .collect();
-            family(
-                &mut enc,
-                "plugin_shadow_compared",
-                "Questions a shadow plugin and the live one both answered.",
-                None,
-                &compared,
-            )?;
-            family(
-                &mut enc,
-                "plugin_shadow_agreed",
-                "Of those, answered the same.",
-                None,
-                &agreed,
-            )?;
-            let loads = [
-                (vec![("result", "ok".to_owned())], Value::Counter(p.loads)),
-                (
-                    vec![("result", "failed".to_owned())],
-                    Value::Counter(p.failed_loads),
-                ),
-            ];
-            family(
-                &mut enc,
-                "plugin_loads",
-                "Plugin loads and reloads, by result.",
-                None,
-                &loads,
-            )?;
-            family(
-                &mut enc,
-                "plugin_refused",
-                "Plugin manifests refused as they stand.",
-                None,
-                &[(Labels::new(), Value::Gauge(p.refused.len() as f64))],
-            )?;
-            family(
-                &mut enc,
-                "plugin_stalls",
-                "Plugin threads given up on and replaced.",
-                None,
-                &[(Labels::new(), Value::Counter(p.stalls))],
-            )?;
-            family(
-                &mut enc,
-                "plugin_dropped_hooks",
-                "Hooks dropped because a plugin's queue was full.",
-                None,
-                &[(Labels::new(), Value::Counter(p.dropped_hooks))],
-            )?;
+            plugins(f, p)?;
         }
-
-        // Endpoints.
         if let Some(e) = &r.endpoints {
-            let endpoints = [
-                (
-                    vec![("state", "ready".to_owned())],
-                    Value::Gauge(count(e.ready) as f64),
-                ),
-                (
-                    vec![("state", "creating".to_owned())],
-                    Value::Gauge(count(e.creating) as f64),
-                ),
-            ];
-            family(
-                &mut enc,
-                "endpoints",
-                "This node's endpoints, by state.",
-                None,
-                &endpoints,
-            )?;
+            endpoints(f, e)?;
         }
         Ok(())
     }
