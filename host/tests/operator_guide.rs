@@ -189,6 +189,35 @@ async fn the_status_health_metrics_and_troubleshooting_commands_answer_as_the_gu
         "the view, then again after --wait:\n{status}"
     );
     assert_eq!(run("health"), "ok\nok\n");
+    let flags = run("flags");
+    assert_eq!(flags.lines().count(), 2, "{flags}");
+    // Every flag and variable the guide's table names, `weftd run` has.
+    let help = std::process::Command::new(WEFTD)
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let table = GUIDE
+        .split("## Flags")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap();
+    for word in table
+        .split('`')
+        .filter(|w| w.starts_with("--") || w.starts_with("WEFT_"))
+    {
+        for name in word.split(", ") {
+            let named = if name.starts_with("WEFT_") {
+                format!("[env: {name}=")
+            } else {
+                format!("{name} <")
+            };
+            assert!(
+                help.contains(&named) || help.contains(&format!("{name}\n")),
+                "{name} in the guide is not in `weftd run --help`"
+            );
+        }
+    }
     assert_eq!(
         run("metrics"),
         "weft_remote_cluster_ready{cluster=\"cluster2\"} 1.0\n"
