@@ -602,6 +602,52 @@ async fn a_restored_peer_of_a_cluster_removed_while_frozen_goes_once_the_cluster
     e2.resume();
 }
 
+/// Issue 15's first finding: an agent stopped (SIGTERM) while a remote cluster's etcd
+/// is frozen must not collect that cluster's restored peer on its way out. The device
+/// outlives the agent, so a peer lost there is lost to the next agent too, and the
+/// stream to that cluster stalls until it thaws. Stopped and started 30 times in that
+/// state, the peer is there each time. The agent runs on one CPU, where the race was
+/// seen to lose the peer within a few stops (and does, without the fix).
+#[tokio::test]
+async fn stopping_the_agent_while_a_remote_etcd_is_frozen_never_collects_its_peer() {
+    // This thread's affinity is what the agents it starts inherit.
+    let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    let cpu = (0..nix::sched::CpuSet::count())
+        .find(|c| allowed.is_set(*c).unwrap_or(false))
+        .unwrap();
+    let mut one = nix::sched::CpuSet::new();
+    one.set(cpu).unwrap();
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).unwrap();
+    let Some(OneAgent {
+        agent, flags, e2, ..
+    }) = &mut one_agent("wgs").await
+    else {
+        return;
+    };
+    let key = wireguard_control::Key([9; 32]).to_base64();
+    peer_for_n1(agent, e2, &key).await;
+    e2.pause();
+    for round in 1..=30 {
+        agent.stop();
+        agent.start_again(&refs(flags));
+        // The restarted agent answers with what the device kept, waiting for cluster2.
+        let s = eventually("the agent answers", Duration::from_secs(30), || {
+            agent.status_json().filter(|s| !s["wireguard"].is_null())
+        })
+        .await;
+        assert_eq!(s["wireguard"]["restoring"], true, "round {round}: {s}");
+        assert_eq!(
+            peers(&s)
+                .iter()
+                .map(|p| p["key"].as_str().unwrap_or_default())
+                .collect::<Vec<_>>(),
+            [key.as_str()],
+            "round {round}: the frozen cluster's peer was collected by a stop: {s}"
+        );
+    }
+    e2.resume();
+}
+
 /// cluster2's node n1 (pods 10.78.0.0/24) publishes `key`; cluster2 is added; the
 /// agent makes n1 a peer.
 async fn peer_for_n1(agent: &Agent, e2: &Etcd, key: &str) {

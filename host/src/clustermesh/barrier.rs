@@ -57,8 +57,9 @@ pub enum BarrierState {
     Pending,
     /// The initial list is in. Final for the cluster's life.
     Synced,
-    /// The cluster was removed, stopped or refused before it synced: waiters are
-    /// released and count it as done. A refused cluster that is accepted again goes
+    /// The cluster was removed or refused before it synced: waiters are released and
+    /// count it as done. (Stopping the agent releases no one: see
+    /// [`super::ClusterMesh::stop`].) A refused cluster that is accepted again goes
     /// back to `Pending`.
     Disconnected,
 }

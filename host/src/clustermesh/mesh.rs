@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     changes: tokio::sync::Mutex<bool>,
     /// Set once the clusters present in the config directory at start were added.
     dir_synced: tokio::sync::watch::Sender<bool>,
+    /// Set when the mesh stops: from then on no wait ends (see [`ClusterMesh::stop`]).
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
 }
 
 pub(crate) struct Member {
@@ -59,6 +61,7 @@ impl ClusterMesh {
                 clusters: Mutex::new(BTreeMap::new()),
                 changes: tokio::sync::Mutex::new(false),
                 dir_synced: tokio::sync::watch::Sender::new(false),
+                stopping: tokio::sync::watch::Sender::new(false),
             }),
         }
     }
@@ -135,21 +138,23 @@ impl ClusterMesh {
         tracing::info!(cluster = name, "remote cluster removed and drained");
     }
 
-    /// Stops every connection. Waiters are released as disconnected; no state is
-    /// drained, since the agent is going away, not the clusters.
+    /// Stops every connection; no state is drained, since the agent is going away,
+    /// not the clusters. Waiters are not released: a stop is no news about a cluster,
+    /// and a waiter that took it for "disconnected" would act as if the cluster were
+    /// gone (collect its restored WireGuard peers, switch endpoints without its
+    /// identities) just before the agent exits. Every wait on the mesh, begun or not,
+    /// stays pending from here on; the process ends them.
     pub async fn stop(&self) {
+        // First, so that no wait can end on what the stop does below.
+        self.shared.stopping.send_replace(true);
         let mut stopped = self.shared.changes.lock().await;
         *stopped = true;
-        let members: Vec<_> = {
+        let tasks: Vec<_> = {
             let mut clusters = self.shared.clusters.lock().expect("clusters lock poisoned");
-            clusters
-                .values_mut()
-                .map(|m| (m.cluster.clone(), m.task.take()))
-                .collect()
+            clusters.values_mut().map(|m| m.task.take()).collect()
         };
-        for (cluster, task) in members {
+        for task in tasks {
             stop_task(task).await;
-            cluster.disconnect();
         }
     }
 

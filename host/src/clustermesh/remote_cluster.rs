@@ -138,7 +138,7 @@ impl RemoteCluster {
         }
     }
 
-    /// Releases every waiter as disconnected (stop, removal, refusal).
+    /// Releases every waiter as disconnected (removal, refusal).
     pub fn disconnect(&self) {
         self.lock().accepted = false;
         for b in &self.barriers {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 pub struct SyncReport {
     /// Clusters whose barriers were all released as synced.
     pub synced: Vec<String>,
-    /// Clusters that were removed, stopped or refused first (counted as done).
+    /// Clusters that were removed or refused first (counted as done).
     pub disconnected: Vec<String>,
 }
 
@@ -78,8 +78,9 @@ impl ClusterMesh {
 
     /// Waits for `resources` of the clusters present at the call. The clusters are
     /// snapshotted under the lock; the wait itself holds no lock, so clusters can be
-    /// added, removed or report status meanwhile. A cluster that goes away releases
-    /// its waiters as disconnected, which counts as done.
+    /// added, removed or report status meanwhile. A cluster that goes away (removed,
+    /// or refused for good) releases its waiters as disconnected, which counts as
+    /// done. Once the mesh stops, no wait ends.
     ///
     /// # Errors
     /// [`SyncTimeout`] naming what is still pending at the deadline.
@@ -129,7 +130,17 @@ impl ClusterMesh {
             }
             report
         };
-        match tokio::time::timeout_at(deadline, all).await {
+        let mut stopping = self.shared.stopping.subscribe();
+        let stopped = async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        };
+        let outcome = tokio::select! {
+            // A stop ends no wait, not even by its deadline: see `ClusterMesh::stop`.
+            biased;
+            () = stopped => std::future::pending().await,
+            outcome = tokio::time::timeout_at(deadline, all) => outcome,
+        };
+        match outcome {
             Ok(report) => Ok(report),
             Err(_) => Err(SyncTimeout {
                 pending: waiters

@@ -65,6 +65,21 @@ impl Agent {
         let _ = std::fs::remove_file(self.state.path().join("weftd.sock"));
     }
 
+    /// Stops the agent as its supervisor does (SIGTERM) and waits, at most 20 s, for it
+    /// to exit; [`Self::start_again`] starts it over the same directories.
+    pub fn stop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent did not stop within 20 s of SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// Starts a killed agent again over the same directories, with `extra` flags.
     pub fn start_again(&mut self, extra: &[&OsStr]) {
         self.child = spawn(
