@@ -39,6 +39,17 @@ pub enum ConfigError {
         /// The endpoint at fault.
         endpoint: String,
     },
+    /// A client certificate without its key, or a key without its certificate: the
+    /// connection would go out without the client identity the config asks for.
+    #[error("{path}: {present} without {missing}")]
+    HalfIdentity {
+        /// The file.
+        path: PathBuf,
+        /// The field given.
+        present: &'static str,
+        /// The field missing.
+        missing: &'static str,
+    },
 }
 
 #[derive(Deserialize)]
@@ -84,6 +95,18 @@ pub fn parse_config_file(path: &Path, text: &str) -> Result<Endpoints, ConfigErr
             endpoint: bad.clone(),
         });
     }
+    let half = match (&file.cert_file, &file.key_file) {
+        (Some(_), None) => Some(("cert-file", "key-file")),
+        (None, Some(_)) => Some(("key-file", "cert-file")),
+        _ => None,
+    };
+    if let Some((present, missing)) = half {
+        return Err(ConfigError::HalfIdentity {
+            path: path.to_owned(),
+            present,
+            missing,
+        });
+    }
     Ok(Endpoints {
         urls: file.endpoints,
         tls: TlsFiles {
@@ -97,6 +120,24 @@ pub fn parse_config_file(path: &Path, text: &str) -> Result<Endpoints, ConfigErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_certificate_without_its_key_or_a_key_without_its_certificate_is_refused() {
+        let path = Path::new("/etc/weft/mesh/c2");
+        for (text, said) in [
+            (
+                "endpoints: [https://c2:2379]\ncert-file: /c.crt\n",
+                "/etc/weft/mesh/c2: cert-file without key-file",
+            ),
+            (
+                "endpoints: [https://c2:2379]\nkey-file: /c.key\n",
+                "/etc/weft/mesh/c2: key-file without cert-file",
+            ),
+        ] {
+            let e = parse_config_file(path, text).unwrap_err();
+            assert_eq!(e.to_string(), said);
+        }
+    }
 
     #[test]
     fn the_established_format_with_tls() {

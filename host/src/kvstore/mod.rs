@@ -37,7 +37,9 @@ impl Default for Config {
             page_size: 256,
             max_in_flight: 20,
             qps: 20.0,
-            request_timeout: Duration::from_secs(30),
+            // Well inside the node lease's 15 s: a keep-alive that hangs must fail, and
+            // be retried, while the lease still holds.
+            request_timeout: Duration::from_secs(5),
             keep_alive: (Duration::from_secs(15), Duration::from_secs(25)),
         }
     }
