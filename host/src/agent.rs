@@ -144,10 +144,17 @@ pub enum Error {
 /// # Errors
 /// [`Error`] when start-up fails; once running, problems are reported, not fatal.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-    std::fs::create_dir_all(&config.state_dir).map_err(|source| Error::StateDir {
-        path: config.state_dir.clone(),
-        source,
-    })?;
+    // The endpoints' records, the IPAM and the WireGuard key live here: root's alone,
+    // whatever the umask.
+    std::fs::create_dir_all(&config.state_dir)
+        .and_then(|()| {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700))
+        })
+        .map_err(|source| Error::StateDir {
+            path: config.state_dir.clone(),
+            source,
+        })?;
     if config.endpoints.is_some() && config.kvstore_endpoints.is_empty() {
         return Err(Error::Config {
             reason: "--pod-cidr needs --kvstore-endpoints: endpoints' identities and ipcache entries are published there".into(),

@@ -256,12 +256,15 @@ async fn health_follows_the_loops_and_readiness_the_local_state_not_remote_clust
     assert_eq!(get(health2, "/healthz").await, Some((200, "ok\n".into())));
 }
 
+/// Also: the state directory the agent makes is its owner's alone (0700), whatever
+/// the umask.
 #[tokio::test]
 async fn an_address_in_use_stops_the_agent_naming_the_flag() {
     let e1 = Etcd::start().await;
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
     let out = std::process::Command::new(support::agent::WEFTD)
         .args([
             "run",
@@ -271,9 +274,12 @@ async fn an_address_in_use_stops_the_agent_naming_the_flag() {
             &addr,
         ])
         .args(["--health-addr", "127.0.0.1:0", "--state-dir"])
-        .arg(state.path())
+        .arg(&state)
         .output()
         .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&state).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "the state directory's mode");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

@@ -143,6 +143,12 @@ fn two_nodes_talk_through_the_tunnel_and_a_restart_finds_the_device_intact() {
     assert!(delivered(&sender, &receiver, b"hello", tunnel));
     let listen = dev_a.0.get().unwrap();
     assert_eq!(listen.listen_port, Some(LISTEN_PORT));
+    if dev_a.0.backend() == "userspace" {
+        // Its `get` answers with the private key: root's alone.
+        let socket = format!("/var/run/wireguard/{name_a}.sock");
+        let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{socket}");
+    }
     assert_eq!(listen.fwmark, Some(0x1E00));
 
     // A restarted agent finds the device running, with its peer and tunnel.

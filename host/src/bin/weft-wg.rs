@@ -32,6 +32,10 @@ fn main() -> ExitCode {
         eprintln!("usage: weft-wg NAME [--netns PATH]");
         return ExitCode::from(2);
     }
+    // The UAPI socket answers `get` with the private key: nobody but root may
+    // connect. Sockets and the directory (when this makes it) take their mode from
+    // the umask; the socket is also set 0600 below, whatever the directory was.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let config = DeviceConfig {
         n_threads: 2,
         use_connected_socket: true,
@@ -45,6 +49,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let socket = format!("/var/run/wireguard/{name}.sock");
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Err(e) = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)) {
+            eprintln!("weft-wg: cannot make {socket} 0600: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let pid_file = format!("/var/run/wireguard/{name}.pid");
     if let Err(e) = std::fs::write(&pid_file, std::process::id().to_string()) {
         eprintln!("weft-wg: cannot write {pid_file}: {e}");
