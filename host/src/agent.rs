@@ -226,11 +226,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let (local_nodes_synced, local_nodes) = watch::channel(config.kvstore_endpoints.is_empty());
     tasks.spawn(crate::health::runtime_heartbeat(Duration::from_secs(1)));
     if let Some(addr) = config.health_addr {
-        // Served once the datapath is loaded (start-up stops when it cannot be): its
-        // readiness condition is met from here on.
+        // Served only once the datapath is loaded (start-up stops when it cannot be),
+        // so "datapath loaded" holds whenever /readyz answers at all.
         let readiness = crate::health::Readiness::default()
             .with("local state synced", local_nodes.clone())
-            .with("datapath loaded", watch::channel(true).1)
             .with("plugins initialised", plugins_loaded.clone());
         let (bound, serve) = crate::health::serve(addr, readiness)
             .await

@@ -3,23 +3,11 @@
 //! what the DaemonSet grants and probes, that it names only flags `weftd` has, and the
 //! image's default plugins signed as the agent will verify them.
 
+mod support;
+
 use serde_yaml::Value;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn tool(name: &str) -> PathBuf {
-    let path = root().join("target/tools/venv/bin").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `make deps`",
-        path.display()
-    );
-    path
-}
+use support::deploy_tools::{root, tool, validate};
 
 /// `helm template` of the chart with `sets`: the manifests, or Helm's error.
 fn render(sets: &[&str]) -> Result<String, String> {
@@ -36,25 +24,6 @@ fn render(sets: &[&str]) -> Result<String, String> {
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
-}
-
-/// `kubernetes-validate --strict` for Kubernetes `version`: whether every resource
-/// passed, and what it said.
-fn validate(manifests: &str, version: &str) -> (bool, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("weft.yaml");
-    std::fs::write(&file, manifests).unwrap();
-    let out = Command::new(tool("kubernetes-validate"))
-        .args(["--strict", "-k", version])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 fn documents(manifests: &str) -> Vec<Value> {

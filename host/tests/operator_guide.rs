@@ -6,9 +6,10 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use support::agent::{cluster_config, Agent, WEFTD};
+use support::deploy_tools::{root, tool};
 use support::docs::{block, Shell};
 use support::{eventually, Etcd};
 
@@ -17,35 +18,17 @@ const PLUGINS: &str = include_str!("../../docs/plugin-author-guide.md");
 
 /// `kubernetes-validate --strict` of `manifest`: the validator's output on failure.
 fn validate(manifest: &str) -> Result<(), String> {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).unwrap();
-    let out = std::process::Command::new(root().join("target/tools/venv/bin/kubernetes-validate"))
-        .args(["--strict", "-k", "1.37.0"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stdout).into_owned())
+    match support::deploy_tools::validate(manifest, "1.37.0") {
+        (true, _) => Ok(()),
+        (false, text) => Err(text),
     }
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// A directory for the guide's PATH: `helm`, which renders what install and upgrade
 /// would apply (`helm template`, same arguments), before weftd's directory and the
 /// test's PATH.
 fn path_with_helm(dir: &Path) -> std::ffi::OsString {
-    let helm = root().join("target/tools/venv/bin/helm");
-    assert!(
-        helm.exists(),
-        "{} is missing: run `make deps`",
-        helm.display()
-    );
+    let helm = tool("helm");
     let wrapper = dir.join("helm");
     std::fs::write(
         &wrapper,

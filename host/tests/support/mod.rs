@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod bpf;
 pub mod cni;
+pub mod deploy_tools;
 pub mod docs;
 mod etcd;
 pub mod http;

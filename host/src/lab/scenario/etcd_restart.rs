@@ -9,8 +9,8 @@
 //! drain is: cluster2's state gone from cluster1's agents and the streams cut.
 
 use super::{
-    flowing_again, lab_back, lab_for, open_streams, pid_of, put_back, step, Steps, Verdict, CUT,
-    FIRST,
+    flowing_again, lab_back, lab_for, longest_gap, open_streams, pid_of, put_back, step, Steps,
+    Verdict, CUT, FIRST,
 };
 use crate::api::IpCacheRow;
 use crate::kvstore::{self, Client};
@@ -342,11 +342,7 @@ pub async fn etcd_restart(
     }
     flowing_again(&streams).await;
     let end = Instant::now();
-    let gap = streams
-        .iter()
-        .map(|(_, s)| s.longest_gap(stopped, end))
-        .max()
-        .unwrap_or_default();
+    let gap = longest_gap(&streams, stopped, end);
     let count = streams.len();
     let mut errors = Vec::new();
     for (_, s) in streams {

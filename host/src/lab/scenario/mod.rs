@@ -239,6 +239,15 @@ async fn lab_back(spec: &Spec, scenario: &str) -> Result<(), LabError> {
     }
 }
 
+/// The longest gap of any of `streams` between `from` and `to`.
+fn longest_gap(streams: &[(PodRef, Stream)], from: Instant, to: Instant) -> Duration {
+    streams
+        .iter()
+        .map(|(_, s)| s.longest_gap(from, to))
+        .max()
+        .unwrap_or_default()
+}
+
 /// Waits (up to 30 s) until every stream flows again: at once, unless they were cut.
 async fn flowing_again(streams: &[(PodRef, Stream)]) {
     let resumed = Instant::now();

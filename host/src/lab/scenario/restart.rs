@@ -8,8 +8,8 @@
 //! identities, and its packets are dropped until cluster2 thaws.
 
 use super::{
-    flowing_again, freeze_and_restart, lab_for, logged, open_streams, regeneration, step, Steps,
-    Verdict, CUT, ETCD_PAUSE, FIRST,
+    flowing_again, freeze_and_restart, lab_for, logged, longest_gap, open_streams, regeneration,
+    step, Steps, Verdict, CUT, ETCD_PAUSE, FIRST,
 };
 use crate::lab::spec::{PodRef, Spec};
 use crate::lab::LabError;
@@ -100,11 +100,7 @@ pub async fn restart(
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
     let end = Instant::now();
-    let gap = streams
-        .iter()
-        .map(|(_, s)| s.longest_gap(paused, end))
-        .max()
-        .unwrap_or_default();
+    let gap = longest_gap(&streams, paused, end);
     let mut errors = Vec::new();
     let count = streams.len();
     let mut series = Vec::new();
@@ -196,11 +192,7 @@ pub async fn idle_gap(dir: &Path, duration: Duration) -> Result<Duration, LabErr
     // The measurement's length: nothing to wait for.
     tokio::time::sleep(duration).await;
     let to = Instant::now();
-    let gap = streams
-        .iter()
-        .map(|(_, s)| s.longest_gap(from, to))
-        .max()
-        .unwrap_or_default();
+    let gap = longest_gap(&streams, from, to);
     for (_, s) in streams {
         s.close();
     }
