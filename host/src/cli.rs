@@ -688,6 +688,21 @@ pub fn render_status(report: &api::StatusReport) -> String {
             error,
         ));
     }
+    let refused = report
+        .totals
+        .as_ref()
+        .map(|t| &t.refused_claims)
+        .into_iter()
+        .flatten()
+        .filter(|(_, r)| r.refused > 0);
+    for (cluster, r) in refused {
+        out.push_str(&format!(
+            "{cluster}: {} claims refused ({} held back now), it may speak only for its own nodes, identities and prefixes; last: {}\n",
+            r.refused,
+            r.held_back,
+            r.last.as_deref().unwrap_or("-"),
+        ));
+    }
     out
 }
 

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod claims;
 pub mod cli;
 pub mod clustermesh;
 pub mod datapath;

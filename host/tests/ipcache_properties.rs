@@ -1,5 +1,6 @@
 //! Property: the resolved ipcache depends only on the set of facts, never on the order
-//! in which they (and removals) arrived, and equals a simple reference model.
+//! in which they (and removals) arrived, and equals a simple reference model (with
+//! the rule that our own facts decide our prefixes alone, without a remote cluster's).
 
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -139,6 +140,14 @@ fn model(ops: &[Op]) -> BTreeMap<String, View> {
         let Some(((top, _), _)) = ranked.first() else {
             continue;
         };
+        // Our own facts (stronger than clustermesh, the kube-apiserver's labels
+        // aside) decide the prefix alone: a remote cluster's facts count for nothing.
+        let index = |s: Source| Source::ALL.iter().position(|x| *x == s).unwrap();
+        let (mesh, apiserver) = (index(Source::ClusterMesh), index(Source::KubeApiServer));
+        let ours = ranked
+            .iter()
+            .any(|((s, _), _)| *s > mesh && *s != apiserver);
+        ranked.retain(|((s, _), _)| !(ours && *s == mesh));
         let all: BTreeSet<&str> = ranked
             .iter()
             .filter_map(|(_, f)| f.labels)

@@ -105,13 +105,26 @@ async fn remote_state_is_resolved_in_the_ipcache_and_removed_with_its_cluster() 
             totals.identities.remote,
             totals.rejected
         ),
-        (3, 1, 1, 2)
+        (3, 1, 1, 1),
+        "the alien identity value is rejected"
     );
+    let refused = &totals.refused_claims["c2"];
+    assert_eq!(
+        (refused.refused, refused.held_back),
+        (1, 1),
+        "the local-scope entry is a claim c2 may not make: {refused:?}"
+    );
+    assert!(refused.last.as_ref().unwrap().contains("10.2.0.0/24"));
 
     mesh.remove_cluster("c2").await;
     assert!(state.ipcache.is_empty(), "{:?}", state.ipcache.entries());
     assert!(state.nodes.is_empty());
     assert!(state.identities.lock().unwrap().labels(131172).is_none());
+    assert_eq!(
+        state.totals().refused_claims["c2"].held_back,
+        0,
+        "nothing of a removed cluster is held back"
+    );
     let mut gone = deletes.0.lock().unwrap().clone();
     gone.sort();
     let want: Vec<Prefix> = ["10.2.0.2", "10.2.0.10", "172.18.0.3"]

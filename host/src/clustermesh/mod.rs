@@ -73,6 +73,8 @@ pub enum ClusterEvent<'a> {
         key: &'a str,
         /// The new value.
         value: &'a Value,
+        /// The value it replaced, `None` for a new key.
+        old: Option<&'a Value>,
     },
     /// A value was deleted, vanished during a disconnect, or its cluster was removed.
     Delete {

@@ -2,7 +2,7 @@
 //! connection task and the mesh.
 
 use super::barrier::SyncBarrier;
-use super::resource::{decode, Owner, Store, Value};
+use super::resource::{decode, Owner, Store, Stored, Value};
 use super::status::{ClusterStatus, Counts, Synced, SyncedAfter};
 use super::{BarrierState, ClusterEvent, ClusterInfo, Observer, Resource, SyncCallbacks};
 use crate::kvstore::{self, Event};
@@ -179,15 +179,16 @@ impl RemoteCluster {
                 match decode(r, owner, prefix, &key, &value) {
                     Ok(v) => {
                         let v = Arc::new(v);
-                        let changed = inner.stores[r.index()].upsert(&key, v.clone());
+                        let stored = inner.stores[r.index()].upsert(&key, v.clone());
                         let cluster_id = inner.id;
                         drop(inner);
-                        if changed {
+                        if let Stored::Changed { old } = stored {
                             self.observer.on_event(ClusterEvent::Upsert {
                                 cluster,
                                 cluster_id,
                                 key: &key,
                                 value: &v,
+                                old: old.as_deref(),
                             });
                         }
                     }

@@ -92,6 +92,18 @@ fn check_owner(
     }
 }
 
+/// What [`Store::upsert`] did.
+#[derive(Debug)]
+pub(crate) enum Stored {
+    /// The key already had this value.
+    Unchanged,
+    /// The key has a new value; `old` is the one it replaced.
+    Changed {
+        /// The previous value, `None` for a new key.
+        old: Option<Arc<Value>>,
+    },
+}
+
 /// The values of one resource of one remote cluster, by key.
 #[derive(Debug, Default)]
 pub(crate) struct Store {
@@ -111,17 +123,17 @@ impl Store {
         self.resync = Some(HashSet::new());
     }
 
-    /// Stores `value`; returns `false` when it is unchanged (nothing to tell observers).
-    pub fn upsert(&mut self, key: &str, value: Arc<Value>) -> bool {
+    /// Stores `value`; returns what changed (nothing to tell observers when the
+    /// value is the same).
+    pub fn upsert(&mut self, key: &str, value: Arc<Value>) -> Stored {
         if let Some(seen) = &mut self.resync {
             seen.insert(key.to_owned());
         }
         match self.entries.get(key) {
-            Some(old) if *old == value => false,
-            _ => {
-                self.entries.insert(key.to_owned(), value);
-                true
-            }
+            Some(old) if *old == value => Stored::Unchanged,
+            _ => Stored::Changed {
+                old: self.entries.insert(key.to_owned(), value),
+            },
         }
     }
 
@@ -197,10 +209,17 @@ mod tests {
                 labels: Default::default(),
             }))
         };
-        assert!(s.upsert("a", v(1)));
-        assert!(s.upsert("b", v(2)));
+        assert!(matches!(s.upsert("a", v(1)), Stored::Changed { old: None }));
+        assert!(matches!(s.upsert("b", v(2)), Stored::Changed { old: None }));
+        assert!(
+            matches!(s.upsert("b", v(3)), Stored::Changed { old: Some(old) } if *old == *v(2)),
+            "a change carries the value it replaced"
+        );
         s.begin_resync();
-        assert!(!s.upsert("a", v(1)), "unchanged values are not news");
+        assert!(
+            matches!(s.upsert("a", v(1)), Stored::Unchanged),
+            "unchanged values are not news"
+        );
         let drained = s.finish_resync();
         assert_eq!(drained.len(), 1);
         assert_eq!(drained[0].0, "b");

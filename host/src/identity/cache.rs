@@ -1,6 +1,6 @@
 //! The identity cache: reserved, local and remote identities by number.
 
-use super::{cluster_id_of, Error, Reserved, LOCAL_SCOPE};
+use super::{Error, Reserved};
 use crate::model::Labels;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -116,21 +116,7 @@ impl IdentityCache {
         id: u32,
         labels: Labels,
     ) -> Result<(), Error> {
-        let found = cluster_id_of(id);
-        if found == 0 || id & LOCAL_SCOPE != 0 || id > 0x00FF_FFFF {
-            return Err(Error::NotClusterScoped {
-                id,
-                cluster: cluster.into(),
-            });
-        }
-        if let Some(expected) = cluster_id.filter(|e| *e != found) {
-            return Err(Error::WrongCluster {
-                id,
-                cluster: cluster.into(),
-                found,
-                expected,
-            });
-        }
+        super::check_remote(cluster, cluster_id, id)?;
         let labels = Arc::new(labels);
         let old = self
             .remote
@@ -178,6 +164,7 @@ impl IdentityCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::LOCAL_SCOPE;
 
     fn labels(s: &str) -> Labels {
         s.parse().unwrap()

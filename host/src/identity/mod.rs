@@ -93,6 +93,40 @@ pub fn cluster_id_of(id: u32) -> u32 {
     (id >> 16) & 0xFF
 }
 
+/// Checks that `id`, stated by remote `cluster` (whose ID is `cluster_id`, when it
+/// announced one), is one of that cluster's: cluster-scoped, and with its cluster ID
+/// in bits 16–23. A remote cluster speaks for its own identities only.
+///
+/// # Errors
+/// [`Error::NotClusterScoped`] for a reserved, local-scope or out-of-range identity;
+/// [`Error::WrongCluster`] for another cluster's.
+///
+/// # Example
+/// ```
+/// use weft::identity::check_remote;
+/// assert!(check_remote("c2", Some(2), 0x2_0001).is_ok());
+/// assert!(check_remote("c2", Some(2), 0x3_0001).is_err(), "cluster 3's");
+/// assert!(check_remote("c2", Some(2), 6).is_err(), "reserved: remote-node");
+/// ```
+pub fn check_remote(cluster: &str, cluster_id: Option<u32>, id: u32) -> Result<(), Error> {
+    let found = cluster_id_of(id);
+    if found == 0 || id & LOCAL_SCOPE != 0 || id > 0x00FF_FFFF {
+        return Err(Error::NotClusterScoped {
+            id,
+            cluster: cluster.into(),
+        });
+    }
+    match cluster_id.filter(|e| *e != found) {
+        Some(expected) => Err(Error::WrongCluster {
+            id,
+            cluster: cluster.into(),
+            found,
+            expected,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Why an identity was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {

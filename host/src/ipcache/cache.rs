@@ -105,19 +105,21 @@ impl IpCache {
     /// Withdraws what `owner` said about `prefix`; the next strongest facts take over.
     /// Returns whether there was anything.
     pub fn remove(&self, prefix: Prefix, owner: &Owner) -> bool {
+        self.take(prefix, owner).is_some()
+    }
+
+    /// Withdraws what `owner` said about `prefix`, like [`IpCache::remove`], and
+    /// returns it.
+    pub fn take(&self, prefix: Prefix, owner: &Owner) -> Option<Fact> {
         let mut inner = self.lock();
-        let Some(state) = inner.prefixes.get_mut(&prefix) else {
-            return false;
-        };
-        let Ok(i) = state
+        let state = inner.prefixes.get_mut(&prefix)?;
+        let i = state
             .facts
             .binary_search_by(|(o, _)| sort_key(o).cmp(&sort_key(owner)))
-        else {
-            return false;
-        };
-        state.facts.remove(i);
+            .ok()?;
+        let (_, fact) = state.facts.remove(i);
         inner.re_resolve(prefix);
-        true
+        Some(fact)
     }
 
     /// The resolved entry of exactly `prefix`.

@@ -60,7 +60,53 @@ impl Prefix {
 
     /// Whether this is a single address.
     pub fn is_host(&self) -> bool {
-        self.len == if self.addr.is_ipv4() { 32 } else { 128 }
+        self.len == self.max_len()
+    }
+
+    fn max_len(&self) -> u8 {
+        if self.addr.is_ipv4() {
+            32
+        } else {
+            128
+        }
+    }
+
+    /// Whether every address of `other` is in this prefix (a prefix contains itself).
+    pub fn contains(&self, other: &Prefix) -> bool {
+        self.addr.is_ipv4() == other.addr.is_ipv4()
+            && self.len <= other.len
+            && Prefix::new(other.addr, self.len) == Some(*self)
+    }
+
+    /// Whether the two prefixes share an address: one contains the other.
+    pub fn overlaps(&self, other: &Prefix) -> bool {
+        self.contains(other) || other.contains(self)
+    }
+
+    /// The prefixes that contain this one, widest first, this one last.
+    pub fn supernets(self) -> impl Iterator<Item = Prefix> {
+        (0..=self.len).filter_map(move |len| Prefix::new(self.addr, len))
+    }
+
+    /// The range, in `Prefix` order, of the prefixes whose network address lies in
+    /// this one: every prefix this one contains is in it, and whatever else is in it
+    /// contains this one.
+    pub fn address_range(&self) -> std::ops::RangeInclusive<Prefix> {
+        let last = match self.addr {
+            IpAddr::V4(a) => {
+                let host = u32::MAX.checked_shr(u32::from(self.len)).unwrap_or(0);
+                IpAddr::V4((u32::from(a) | host).into())
+            }
+            IpAddr::V6(a) => {
+                let host = u128::MAX.checked_shr(u32::from(self.len)).unwrap_or(0);
+                IpAddr::V6((u128::from(a) | host).into())
+            }
+        };
+        let first = Prefix {
+            addr: self.addr,
+            len: 0,
+        };
+        first..=Prefix::host(last)
     }
 }
 
@@ -110,5 +156,34 @@ mod tests {
         assert!("f00d::1".parse::<Prefix>().unwrap().is_host());
         assert!("10.0.0.0/33".parse::<Prefix>().is_err());
         assert!("nope".parse::<Prefix>().is_err());
+    }
+
+    #[test]
+    fn containment_and_overlap() {
+        let p = |s: &str| s.parse::<Prefix>().unwrap();
+        assert!(p("10.0.0.0/8").contains(&p("10.1.2.3")));
+        assert!(p("10.0.0.0/8").contains(&p("10.0.0.0/8")));
+        assert!(!p("10.1.2.3").contains(&p("10.0.0.0/8")));
+        assert!(p("10.1.2.3").overlaps(&p("10.0.0.0/8")));
+        assert!(!p("10.0.0.0/8").overlaps(&p("11.0.0.0/8")));
+        assert!(p("0.0.0.0/0").contains(&p("192.0.2.1")));
+        assert!(
+            !p("0.0.0.0/0").contains(&p("f00d::1")),
+            "the families never overlap"
+        );
+        assert!(p("::/0").contains(&p("f00d::1")));
+        let sup: Vec<String> = p("10.1.2.0/24")
+            .supernets()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(sup.len(), 25);
+        assert_eq!(
+            (sup[0].as_str(), sup[24].as_str()),
+            ("0.0.0.0/0", "10.1.2.0/24")
+        );
+        let r = p("10.1.2.0/24").address_range();
+        assert!(r.contains(&p("10.1.2.255")) && r.contains(&p("10.1.2.128/25")));
+        assert!(!r.contains(&p("10.1.3.0")) && !r.contains(&p("10.1.1.255")));
+        assert_eq!(p("0.0.0.0/0").address_range().end(), &p("255.255.255.255"));
     }
 }

@@ -1,7 +1,7 @@
 //! How the facts of one prefix resolve into an entry. Pure: the same facts give the same
 //! entry, whatever order they arrived in.
 
-use super::{Entry, Fact, Owner};
+use super::{Entry, Fact, Owner, Source};
 use crate::identity::Reserved;
 use crate::model::Labels;
 use std::sync::Arc;
@@ -21,11 +21,23 @@ pub(crate) enum IdentitySpec {
 /// local identity number, which the cache allocates. `None` when no fact says anything
 /// about identity: a tunnel peer or key alone does not make an entry (they wait for
 /// the labels, whatever the order).
-pub(crate) fn resolve(facts: &[(Owner, Fact)]) -> Option<(IdentitySpec, Entry)> {
-    let (strongest, _) = facts.first()?;
+///
+/// When this cluster claims the prefix (a fact from a source stronger than
+/// `clustermesh`, other than the kube-apiserver's, which only labels an address),
+/// remote clusters' facts count for nothing: a remote cluster cannot give one of our
+/// prefixes a tunnel endpoint or a key that our own facts leave out.
+pub(crate) fn resolve(all: &[(Owner, Fact)]) -> Option<(IdentitySpec, Entry)> {
+    let (strongest, _) = all.first()?;
+    let ours = all
+        .iter()
+        .any(|(o, _)| o.source > Source::ClusterMesh && o.source != Source::KubeApiServer);
+    let facts = || {
+        all.iter()
+            .filter(move |(o, _)| !(ours && o.source == Source::ClusterMesh))
+    };
     let has = |r: Reserved| {
         let label = r.label();
-        facts.iter().any(|(_, f)| {
+        facts().any(|(_, f)| {
             f.labels
                 .as_ref()
                 .is_some_and(|l| l.iter().any(|x| *x == label))
@@ -41,11 +53,10 @@ pub(crate) fn resolve(facts: &[(Owner, Fact)]) -> Option<(IdentitySpec, Entry)> 
         }
     } else if has(Reserved::Health) {
         IdentitySpec::Reserved(Reserved::Health)
-    } else if let Some(id) = facts.iter().find_map(|(_, f)| f.identity) {
+    } else if let Some(id) = facts().find_map(|(_, f)| f.identity) {
         IdentitySpec::Explicit(id)
     } else {
-        let merged: Labels = facts
-            .iter()
+        let merged: Labels = facts()
             .filter_map(|(_, f)| f.labels.as_ref())
             .flat_map(|l| l.iter().cloned())
             .collect();
@@ -61,14 +72,13 @@ pub(crate) fn resolve(facts: &[(Owner, Fact)]) -> Option<(IdentitySpec, Entry)> 
     };
     let entry = Entry {
         identity,
-        tunnel_endpoint: facts.iter().find_map(|(_, f)| f.tunnel_peer),
-        encrypt_key: facts
-            .iter()
+        tunnel_endpoint: facts().find_map(|(_, f)| f.tunnel_peer),
+        encrypt_key: facts()
             .map(|(_, f)| f.encrypt_key)
             .find(|k| *k != 0)
             .unwrap_or(0),
         source: strongest.source,
-        k8s: facts.iter().find_map(|(_, f)| f.k8s.clone()),
+        k8s: facts().find_map(|(_, f)| f.k8s.clone()),
     };
     Some((spec, entry))
 }

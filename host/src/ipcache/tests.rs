@@ -194,7 +194,8 @@ fn removal_falls_back_to_the_next_strongest_facts() {
     let e = cache.lookup(addr).unwrap();
     assert_eq!(
         (e.identity, e.tunnel_endpoint, e.encrypt_key, e.source),
-        (0x10001, Some(ip("192.0.2.2")), 3, Source::KvStore)
+        (0x10001, None, 0, Source::KvStore),
+        "our own fact decides alone: the remote cluster's tunnel and key count for nothing"
     );
     assert!(cache.remove(addr, &strong));
     let e = cache.lookup(addr).unwrap();
@@ -217,9 +218,9 @@ fn a_key_alone_waits_for_the_labels() {
     assert!(cache.lookup(addr).is_none(), "no identity, no entry");
     cache.upsert(
         addr,
-        Owner::new(Source::ClusterMesh, "c"),
+        Owner::new(Source::KvStore, "c"),
         Fact {
-            identity: Some(0x20001),
+            identity: Some(0x10001),
             ..Fact::default()
         },
     );

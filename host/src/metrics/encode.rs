@@ -222,6 +222,28 @@ fn state(f: &mut Families, t: &Totals) -> fmt::Result {
         "state_rejected_values",
         "Values the state refused (an identity of the wrong cluster, say).",
         &one(Value::Counter(t.rejected)),
+    )?;
+    let refused = by(
+        "cluster",
+        t.refused_claims
+            .iter()
+            .map(|(c, r)| (c.as_str(), Value::Counter(r.refused))),
+    );
+    f.plain(
+        "remote_cluster_refused_claims",
+        "Claims a remote cluster made for what is not its own (another cluster's node space, prefix or identity), refused.",
+        &refused,
+    )?;
+    let held_back = by(
+        "cluster",
+        t.refused_claims
+            .iter()
+            .map(|(c, r)| (c.as_str(), Value::Gauge(r.held_back as f64))),
+    );
+    f.plain(
+        "remote_cluster_held_back_claims",
+        "Refused claims held back now: they take effect when what blocks them goes away.",
+        &held_back,
     )
 }
 

@@ -8,12 +8,14 @@ mod local_kvstore;
 
 pub use local_kvstore::run_local_kvstore;
 
+use crate::claims::{ClusterRefusals, Refusals, RemotePrefixes};
 use crate::clustermesh::{ClusterEvent, Observer, Value};
-use crate::identity::{IdentityCache, Totals as IdentityTotals, LOCAL_SCOPE};
-use crate::ipcache::{Fact, IpCache, K8sMeta, Owner, Prefix, Source};
+use crate::identity::{IdentityCache, Totals as IdentityTotals};
+use crate::ipcache::{Fact, IpCache, K8sMeta, Prefix, Source};
 use crate::model::IpIdentityPair;
 use crate::node::{NodeId, NodeManager};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +27,10 @@ pub struct State {
     pub nodes: NodeManager,
     /// The IP cache.
     pub ipcache: Arc<IpCache>,
+    /// The gate in front of the ipcache for remote clusters' entries.
+    remote_prefixes: Arc<RemotePrefixes>,
+    /// What remote clusters were refused.
+    refusals: Arc<Refusals>,
     rejected: AtomicU64,
 }
 
@@ -36,25 +42,36 @@ pub struct Totals {
     /// Of those, by the source of their strongest fact (`local`, `kvstore`,
     /// `clustermesh`, …).
     #[serde(default)]
-    pub ipcache_by_source: std::collections::BTreeMap<String, usize>,
+    pub ipcache_by_source: BTreeMap<String, usize>,
     /// Known nodes (this one included).
     pub nodes: usize,
     /// Known identities by kind.
     pub identities: IdentityTotals,
     /// Local (CIDR) identities allocated by the ipcache.
     pub local_identities: usize,
-    /// Values refused by the state stage (e.g. an identity of the wrong cluster).
+    /// Values refused by the state stage (an identity value of the wrong cluster, an
+    /// entry without a valid prefix).
     pub rejected: u64,
+    /// Per remote cluster, the claims refused because it may not speak for them
+    /// (another cluster's node space, prefix or identity): see [`crate::claims`].
+    #[serde(default)]
+    pub refused_claims: BTreeMap<String, ClusterRefusals>,
 }
 
 impl State {
     /// Empty state for the node `local`.
     pub fn new(local: NodeId) -> Self {
         let ipcache = Arc::new(IpCache::default());
+        let refusals = Arc::new(Refusals::default());
+        let remote_prefixes = Arc::new(RemotePrefixes::new(ipcache.clone(), refusals.clone()));
+        let nodes = NodeManager::new(ipcache.clone(), local, refusals.clone());
+        nodes.subscribe(remote_prefixes.clone());
         Self {
             identities: Mutex::new(IdentityCache::default()),
-            nodes: NodeManager::new(ipcache.clone(), local),
+            nodes,
             ipcache,
+            remote_prefixes,
+            refusals,
             rejected: AtomicU64::new(0),
         }
     }
@@ -76,7 +93,17 @@ impl State {
                 .totals(),
             local_identities: self.ipcache.local_identities(),
             rejected: self.rejected.load(Ordering::Relaxed),
+            refused_claims: self.refused_claims(),
         }
+    }
+
+    /// Per remote cluster, the claims refused and held back now.
+    pub fn refused_claims(&self) -> BTreeMap<String, ClusterRefusals> {
+        let mut held_back = self.nodes.held_back();
+        for (cluster, n) in self.remote_prefixes.held_back() {
+            *held_back.entry(cluster).or_default() += n;
+        }
+        self.refusals.snapshot(&held_back)
     }
 
     fn reject(&self, what: &dyn std::fmt::Display) {
@@ -112,20 +139,17 @@ impl Observer for State {
                 cluster_id,
                 key,
                 value,
+                old,
             } => match value {
                 Value::Node(node) => self.nodes.upsert(Source::ClusterMesh, node.clone()),
-                Value::IpIdentity(pair) if pair.id & LOCAL_SCOPE != 0 => {
-                    // A remote cluster's local (CIDR) identity means nothing here and
-                    // could clash with ours.
-                    self.reject(&format_args!(
-                        "{key}: local-scope identity {} from cluster {cluster}",
-                        pair.id
-                    ));
-                }
                 Value::IpIdentity(pair) => match pair_fact(pair) {
                     Some((prefix, fact)) => {
-                        let owner = Owner::new(Source::ClusterMesh, format!("{cluster}/{key}"));
-                        self.ipcache.upsert(prefix, owner, fact);
+                        let old_prefix = match old {
+                            Some(Value::IpIdentity(old)) => pair_fact(old).map(|(p, _)| p),
+                            _ => None,
+                        };
+                        self.remote_prefixes
+                            .upsert(cluster, cluster_id, key, prefix, fact, old_prefix);
                     }
                     None => self.reject(&format_args!("{key}: no valid prefix")),
                 },
@@ -144,10 +168,7 @@ impl Observer for State {
                 Value::Node(node) => self.nodes.delete(&node.cluster, &node.name),
                 Value::IpIdentity(pair) => {
                     if let Some((prefix, _)) = pair_fact(pair) {
-                        self.ipcache.remove(
-                            prefix,
-                            &Owner::new(Source::ClusterMesh, format!("{cluster}/{key}")),
-                        );
+                        self.remote_prefixes.delete(cluster, key, prefix);
                     }
                 }
                 Value::Identity(identity) => self

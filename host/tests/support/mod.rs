@@ -123,9 +123,12 @@ pub fn node_json(cluster: &str, id: u32, name: &str, ip: &str) -> String {
     )
 }
 
-/// JSON of an ipcache entry.
+/// JSON of an ipcache entry, tunnelled to 198.51.100.1: no test agent's address (a
+/// remote cluster's entry may not tunnel to another cluster's node).
 pub fn ip_json(ip: &str, id: u32) -> String {
-    format!(r#"{{"IP":"{ip}","Mask":null,"HostIP":"192.0.2.1","ID":{id},"Key":0,"Metadata":""}}"#)
+    format!(
+        r#"{{"IP":"{ip}","Mask":null,"HostIP":"198.51.100.1","ID":{id},"Key":0,"Metadata":""}}"#
+    )
 }
 
 /// JSON of a service of `cluster`.

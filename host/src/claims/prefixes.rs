@@ -1,0 +1,384 @@
+//! Remote clusters' ipcache entries, admitted to the ipcache only while their cluster
+//! may speak for them.
+
+use super::{foreign_holder, node_space, NodeIdText, PrefixIndex, Refusal, Refusals};
+use crate::ipcache::{Fact, IpCache, Owner, Prefix, Source};
+use crate::model::Node;
+use crate::node::{NodeId, NodeListener};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The gate between remote clusters' ipcache entries and the ipcache.
+///
+/// An entry is admitted when its identity is its cluster's, its prefix overlaps no
+/// other cluster's node space, its tunnel endpoint is in no other cluster's node space,
+/// and no other remote cluster holds its prefix. Otherwise it is held back, counted in
+/// [`Refusals`], and checked again when what blocked it goes away. It follows the
+/// nodes as a [`NodeListener`]: a node's new space evicts the entries of other clusters
+/// inside it, whichever arrived first.
+///
+/// # Example
+/// ```
+/// use std::sync::Arc;
+/// use weft::claims::{Refusals, RemotePrefixes};
+/// use weft::ipcache::{Fact, IpCache};
+/// let ipcache = Arc::new(IpCache::default());
+/// let gate = RemotePrefixes::new(ipcache.clone(), Arc::new(Refusals::default()));
+/// let fact = |id| Fact { identity: Some(id), ..Fact::default() };
+/// let pod = "10.2.0.7".parse().unwrap();
+/// gate.upsert("c2", Some(2), "ip/10.2.0.7", pod, fact(0x2_0005), None);
+/// // Cluster 3 claims cluster 2's pod: refused, cluster 2 keeps it.
+/// gate.upsert("c3", Some(3), "ip/10.2.0.7", pod, fact(0x3_0009), None);
+/// assert_eq!(ipcache.lookup(pod).unwrap().identity, 0x2_0005);
+/// assert_eq!(gate.held_back()["c3"], 1);
+/// ```
+pub struct RemotePrefixes {
+    ipcache: Arc<IpCache>,
+    refusals: Arc<Refusals>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Every admitted node's space.
+    nodes: PrefixIndex<BTreeSet<NodeId>>,
+    /// The remote cluster holding each admitted prefix, and its entries there.
+    held: PrefixIndex<Holder>,
+    /// Held-back entries by owner (`cluster/key`).
+    parked: HashMap<Arc<str>, Parked>,
+    /// Held-back entries by prefix.
+    parked_at: PrefixIndex<BTreeSet<Arc<str>>>,
+    /// Each cluster's name (shared by its entries) and its ID when it announced one.
+    clusters: BTreeMap<Arc<str>, Option<u32>>,
+}
+
+struct Holder {
+    cluster: Arc<str>,
+    /// The owners (`cluster/key`) of its entries at the prefix: almost always one.
+    owners: Vec<Arc<str>>,
+}
+
+#[derive(Clone)]
+struct Parked {
+    cluster: Arc<str>,
+    prefix: Prefix,
+    fact: Fact,
+}
+
+impl RemotePrefixes {
+    /// A gate in front of `ipcache`, counting refusals in `refusals`.
+    pub fn new(ipcache: Arc<IpCache>, refusals: Arc<Refusals>) -> Self {
+        Self {
+            ipcache,
+            refusals,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().expect("remote prefixes lock poisoned")
+    }
+
+    /// Remote `cluster` (ID `cluster_id`, when announced) states `fact` about `prefix`
+    /// at etcd `key`; `old_prefix` is the prefix the key stated before, if any.
+    pub fn upsert(
+        &self,
+        cluster: &str,
+        cluster_id: Option<u32>,
+        key: &str,
+        prefix: Prefix,
+        fact: Fact,
+        old_prefix: Option<Prefix>,
+    ) {
+        let mut inner = self.lock();
+        let name = inner.cluster(cluster, cluster_id);
+        let owner: Arc<str> = format!("{cluster}/{key}").into();
+        if let Some(old) = old_prefix.filter(|old| *old != prefix) {
+            self.release(&mut inner, &owner, old);
+        }
+        let claim = Parked {
+            cluster: name,
+            prefix,
+            fact,
+        };
+        if let Err(why) = self.admit(&mut inner, &owner, claim) {
+            self.refusals.refuse(cluster, &why);
+        }
+    }
+
+    /// Remote `cluster`'s etcd `key`, which stated something about `prefix`, is gone.
+    pub fn delete(&self, cluster: &str, key: &str, prefix: Prefix) {
+        let owner: Arc<str> = format!("{cluster}/{key}").into();
+        self.release(&mut self.lock(), &owner, prefix);
+    }
+
+    /// The entries held back now, by cluster.
+    pub fn held_back(&self) -> BTreeMap<String, usize> {
+        let mut by = BTreeMap::new();
+        for parked in self.lock().parked.values() {
+            *by.entry(parked.cluster.to_string()).or_default() += 1;
+        }
+        by
+    }
+
+    /// Admits `claim` for `owner`, or holds it back with the reason.
+    fn admit(&self, inner: &mut Inner, owner: &Arc<str>, claim: Parked) -> Result<(), Refusal> {
+        match inner.check(owner, &claim) {
+            Ok(()) => {
+                inner.unpark(owner);
+                match inner.held.get_mut(&claim.prefix) {
+                    Some(holder) => {
+                        if !holder.owners.contains(owner) {
+                            holder.owners.push(owner.clone());
+                        }
+                    }
+                    None => {
+                        let holder = Holder {
+                            cluster: claim.cluster.clone(),
+                            owners: vec![owner.clone()],
+                        };
+                        inner.held.insert(claim.prefix, holder);
+                    }
+                }
+                let ipcache_owner = Owner::new(Source::ClusterMesh, owner.clone());
+                self.ipcache.upsert(claim.prefix, ipcache_owner, claim.fact);
+                Ok(())
+            }
+            Err(why) => {
+                // An entry admitted before and refused now (it changed) goes.
+                self.withdraw(inner, owner, claim.prefix);
+                inner.park(owner, claim);
+                Err(why)
+            }
+        }
+    }
+
+    /// Takes `owner`'s entry at `prefix` out of the ipcache, if admitted, and lets the
+    /// next claimant of the prefix in when it was the last of its holder.
+    fn withdraw(&self, inner: &mut Inner, owner: &Arc<str>, prefix: Prefix) -> Option<Fact> {
+        let holder = inner.held.get_mut(&prefix)?;
+        let at = holder.owners.iter().position(|o| o == owner)?;
+        holder.owners.swap_remove(at);
+        let last = holder.owners.is_empty();
+        let fact = self
+            .ipcache
+            .take(prefix, &Owner::new(Source::ClusterMesh, owner.clone()));
+        if last {
+            inner.held.remove(&prefix);
+            self.promote(inner, prefix);
+        }
+        fact
+    }
+
+    /// Forgets `owner`'s entry at `prefix`, held back or admitted.
+    fn release(&self, inner: &mut Inner, owner: &Arc<str>, prefix: Prefix) {
+        if !inner.unpark(owner) {
+            self.withdraw(inner, owner, prefix);
+        }
+    }
+
+    /// Checks again the entries held back at exactly `prefix`.
+    fn promote(&self, inner: &mut Inner, prefix: Prefix) {
+        let waiting: Vec<Arc<str>> = inner
+            .parked_at
+            .get(&prefix)
+            .map(|owners| owners.iter().cloned().collect())
+            .unwrap_or_default();
+        for owner in waiting {
+            self.recheck(inner, &owner);
+        }
+    }
+
+    /// Checks a held-back entry again; admits it when nothing blocks it now. A refusal
+    /// again is not counted again.
+    fn recheck(&self, inner: &mut Inner, owner: &Arc<str>) {
+        if let Some(claim) = inner.parked.get(owner).cloned() {
+            let _still_refused = self.admit(inner, owner, claim);
+        }
+    }
+
+    /// Checks again every held-back entry that `freed` space (or a freed tunnel
+    /// endpoint) may have blocked.
+    fn retry(&self, inner: &mut Inner, freed: &[Prefix]) {
+        let blocked_by = |p: &Parked| {
+            freed.iter().any(|f| {
+                f.overlaps(&p.prefix)
+                    || p.fact
+                        .tunnel_peer
+                        .is_some_and(|t| f.contains(&Prefix::host(t)))
+            })
+        };
+        let waiting: Vec<Arc<str>> = inner
+            .parked
+            .iter()
+            .filter(|(_, p)| blocked_by(p))
+            .map(|(o, _)| o.clone())
+            .collect();
+        for owner in waiting {
+            self.recheck(inner, &owner);
+        }
+    }
+
+    /// Moves the entries of clusters other than `node`'s that overlap `space` (the
+    /// node's new space) out of the ipcache, and lets the next claimants in.
+    fn evict(&self, inner: &mut Inner, node: &NodeId, space: Prefix) {
+        let inside: Vec<Prefix> = inner
+            .held
+            .overlapping(space)
+            .filter(|(_, h)| *h.cluster != *node.cluster)
+            .map(|(p, _)| p)
+            .collect();
+        for prefix in inside {
+            let Some(holder) = inner.held.remove(&prefix) else {
+                continue;
+            };
+            for owner in holder.owners {
+                let ipcache_owner = Owner::new(Source::ClusterMesh, owner.clone());
+                let Some(fact) = self.ipcache.take(prefix, &ipcache_owner) else {
+                    continue;
+                };
+                let why = Refusal::NodeSpace {
+                    what: key_of(&owner, &holder.cluster).to_owned(),
+                    prefix,
+                    held: space,
+                    holder: NodeIdText(node.clone()),
+                };
+                self.refusals.refuse(&holder.cluster, &why);
+                let claim = Parked {
+                    cluster: holder.cluster.clone(),
+                    prefix,
+                    fact,
+                };
+                inner.park(&owner, claim);
+            }
+            self.promote(inner, prefix);
+        }
+    }
+}
+
+fn key_of<'a>(owner: &'a str, cluster: &str) -> &'a str {
+    owner.get(cluster.len() + 1..).unwrap_or(owner)
+}
+
+impl Inner {
+    /// The shared name of `cluster`, noting its ID.
+    fn cluster(&mut self, cluster: &str, id: Option<u32>) -> Arc<str> {
+        let name = self
+            .clusters
+            .get_key_value(cluster)
+            .map_or_else(|| Arc::from(cluster), |(name, _)| name.clone());
+        self.clusters.insert(name.clone(), id);
+        name
+    }
+
+    /// Whether `owner`'s cluster may state `claim`.
+    fn check(&self, owner: &str, claim: &Parked) -> Result<(), Refusal> {
+        let cluster = &*claim.cluster;
+        let key = || key_of(owner, cluster).to_owned();
+        if let Some(id) = claim.fact.identity {
+            let cluster_id = self.clusters.get(cluster).copied().flatten();
+            crate::identity::check_remote(cluster, cluster_id, id)
+                .map_err(|error| Refusal::Identity { key: key(), error })?;
+        }
+        if let Some((held, holder)) = foreign_holder(&self.nodes, cluster, claim.prefix) {
+            return Err(Refusal::NodeSpace {
+                what: key(),
+                prefix: claim.prefix,
+                held,
+                holder: NodeIdText(holder),
+            });
+        }
+        if let Some(endpoint) = claim.fact.tunnel_peer {
+            if let Some((held, holder)) =
+                foreign_holder(&self.nodes, cluster, Prefix::host(endpoint))
+            {
+                return Err(Refusal::Tunnel {
+                    key: key(),
+                    endpoint,
+                    held,
+                    holder: NodeIdText(holder),
+                });
+            }
+        }
+        match self.held.get(&claim.prefix) {
+            Some(h) if *h.cluster != *cluster => Err(Refusal::Held {
+                key: key(),
+                prefix: claim.prefix,
+                holder: h.cluster.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn park(&mut self, owner: &Arc<str>, claim: Parked) {
+        let prefix = claim.prefix;
+        if let Some(before) = self.parked.insert(owner.clone(), claim) {
+            self.unindex_parked(owner, before.prefix);
+        }
+        self.parked_at.get_or_default(prefix).insert(owner.clone());
+    }
+
+    /// Forgets a held-back entry; whether there was one.
+    fn unpark(&mut self, owner: &Arc<str>) -> bool {
+        match self.parked.remove(owner) {
+            Some(before) => {
+                self.unindex_parked(owner, before.prefix);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn unindex_parked(&mut self, owner: &Arc<str>, prefix: Prefix) {
+        if let Some(owners) = self.parked_at.get_mut(&prefix) {
+            owners.remove(owner);
+            if owners.is_empty() {
+                self.parked_at.remove(&prefix);
+            }
+        }
+    }
+}
+
+impl NodeListener for RemotePrefixes {
+    fn on_upsert(&self, node: &Node, old: Option<&Node>) {
+        let id = NodeId::of(node);
+        let new: BTreeSet<Prefix> = node_space(node).into_iter().collect();
+        let before: BTreeSet<Prefix> = old
+            .map(node_space)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let mut inner = self.lock();
+        let freed: Vec<Prefix> = before.difference(&new).copied().collect();
+        for p in &freed {
+            if let Some(ids) = inner.nodes.get_mut(p) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    inner.nodes.remove(p);
+                }
+            }
+        }
+        for p in new.difference(&before) {
+            inner.nodes.get_or_default(*p).insert(id.clone());
+            self.evict(&mut inner, &id, *p);
+        }
+        if !freed.is_empty() {
+            self.retry(&mut inner, &freed);
+        }
+    }
+
+    fn on_delete(&self, node: &Node) {
+        let id = NodeId::of(node);
+        let freed = node_space(node);
+        let mut inner = self.lock();
+        for p in &freed {
+            if let Some(ids) = inner.nodes.get_mut(p) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    inner.nodes.remove(p);
+                }
+            }
+        }
+        self.retry(&mut inner, &freed);
+    }
+}
