@@ -250,6 +250,14 @@ pub struct RunArgs {
     /// The largest valid cluster ID.
     #[arg(long, env = "WEFT_MAX_CONNECTED_CLUSTERS", default_value_t = 255)]
     pub max_connected_clusters: u32,
+    /// The most keys one remote cluster may hold (nodes, ipcache entries, identities
+    /// and services together); a new key past it is refused and counted as malformed.
+    #[arg(
+        long,
+        env = "WEFT_CLUSTERMESH_MAX_KEYS_PER_CLUSTER",
+        default_value_t = 1_000_000
+    )]
+    pub clustermesh_max_keys_per_cluster: usize,
     /// This node's name (default: the host name).
     #[arg(long, env = "WEFT_NODE_NAME")]
     pub node_name: Option<String>,
@@ -470,6 +478,7 @@ impl RunArgs {
                 cluster_name: self.cluster_name,
                 cluster_id: self.cluster_id,
                 max_connected_clusters: self.max_connected_clusters,
+                max_keys_per_cluster: self.clustermesh_max_keys_per_cluster,
                 kvstore,
                 ..clustermesh::Config::default()
             },

@@ -19,6 +19,7 @@ pub mod ipcache;
 pub mod k8s;
 pub mod kvstore;
 pub mod lab;
+pub mod loglimit;
 pub mod metrics;
 pub mod model;
 pub mod netlink;

@@ -6,6 +6,7 @@ mod support;
 use std::time::Duration;
 use support::{node_json, put_cluster_config, seed_cluster, within, Etcd, Lab};
 use tokio::time::Instant;
+use weft::clustermesh::{self, ClusterMesh, SyncCallbacks};
 
 #[tokio::test]
 async fn immediate_mode_without_a_cluster_config() {
@@ -260,4 +261,45 @@ async fn a_tls_cluster_is_read_with_the_files_its_config_names() {
     file(true);
     let s = lab.until("c2 ready over TLS", "c2", |s| s.ready).await;
     assert_eq!(support::counts(&s), (3, 3, 3, 3));
+}
+
+#[tokio::test]
+async fn a_cluster_at_its_key_limit_has_new_keys_refused_and_named() {
+    let etcd = Etcd::start().await;
+    seed_cluster(&etcd, "c2", 2, 5).await; // 5 of each resource: 20 keys
+    let recorder = support::Recorder::new();
+    let config = clustermesh::Config {
+        cluster_name: "local".into(),
+        cluster_id: 1,
+        max_keys_per_cluster: 12,
+        ..clustermesh::Config::default()
+    };
+    let mesh = ClusterMesh::new(config, recorder.clone(), SyncCallbacks::default());
+    let endpoints = weft::kvstore::Endpoints {
+        urls: vec![etcd.url()],
+        ..Default::default()
+    };
+    mesh.upsert_cluster("c2", Ok(endpoints)).await;
+    let s = support::eventually("c2 ready", Duration::from_secs(30), || {
+        mesh.status().into_iter().find(|s| s.ready)
+    })
+    .await;
+    let c = s.counts;
+    assert_eq!(c.nodes + c.ipcache + c.identities + c.services, 12, "{c:?}");
+    assert_eq!(s.malformed, 8, "each key past the limit counted");
+    assert!(
+        s.last_error
+            .as_deref()
+            .unwrap()
+            .contains("limit of 12 keys"),
+        "{:?}",
+        s.last_error
+    );
+    assert!(s.connected, "the limit does not break the connection");
+    assert_eq!(
+        recorder.keys_of("c2"),
+        12,
+        "the observer saw only what was held"
+    );
+    mesh.stop().await;
 }

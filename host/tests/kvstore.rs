@@ -22,6 +22,7 @@ struct Mirror {
     watching: usize,
     errors: Vec<String>,
     deletes: usize,
+    too_large: Vec<String>,
 }
 
 impl Mirror {
@@ -40,6 +41,10 @@ impl Mirror {
             Ok(Event::Delete { key }) => {
                 assert!(self.state.remove(&key).is_some(), "delete of unknown {key}");
                 self.deletes += 1;
+            }
+            Ok(Event::TooLarge { key }) => {
+                self.state.remove(&key);
+                self.too_large.push(key);
             }
             Ok(Event::InitDone { .. }) => self.init_done += 1,
             Ok(Event::Watching { .. }) => self.watching += 1,
@@ -221,4 +226,52 @@ async fn compaction_during_a_disconnect_lists_again_and_drains_stale_keys() {
         m.errors
     );
     assert_eq!(m.duplicates, 0, "unchanged keys are not delivered again");
+}
+
+/// A page or watch response over the decode limit used to fail and be retried at the
+/// same revision forever, so the prefix never synced. Now pages shrink to fit, and a
+/// value too large alone is named and skipped, in a list and in a watch.
+#[tokio::test]
+async fn responses_over_the_size_limit_shrink_the_pages_and_skip_a_value_too_large() {
+    let etcd = Etcd::start().await;
+    let kv: Vec<(String, String)> = (0..200)
+        .map(|i| (format!("{PREFIX}k{i:05}"), format!("{i:01024}")))
+        .collect();
+    etcd.put_all(&kv).await;
+    let huge = "x".repeat(100 << 10);
+    etcd.put(&format!("{PREFIX}k00100big"), &huge).await;
+    // 64 KiB decoded at most: a page of 256 one-KiB values is over it, and so is the
+    // 100 KiB value alone.
+    let config = kvstore::Config {
+        max_response_bytes: 64 << 10,
+        page_bytes: 16 << 10,
+        ..fast_config(256)
+    };
+    let mut s = list_watch(client(etcd.url(), config).await, PREFIX.into());
+    let mut m = Mirror::default();
+    m.until(&mut s, "the list completes", |m| m.init_done == 1)
+        .await;
+    assert_eq!(m.state.len(), 200, "every value that fits");
+    assert_eq!(m.too_large, [format!("{PREFIX}k00100big")]);
+    // In the watch: a value too large, then ordinary writes after it.
+    etcd.put(&format!("{PREFIX}k00003"), &huge).await;
+    etcd.put(&format!("{PREFIX}zafter"), "fine").await;
+    // The watch response too large is read again as a list.
+    m.until(&mut s, "the watch goes on past it", |m| {
+        m.init_done == 2 && m.state.contains_key(&format!("{PREFIX}zafter"))
+    })
+    .await;
+    assert!(
+        m.too_large.contains(&format!("{PREFIX}k00003")),
+        "{:?} {:?}",
+        m.too_large,
+        m.errors
+    );
+    assert!(
+        !m.state.contains_key(&format!("{PREFIX}k00003")),
+        "its old value went"
+    );
+    let mut want = contents(&etcd).await;
+    want.retain(|_, v| v.len() < 64 << 10);
+    assert_eq!(m.state, want, "everything else as etcd has it");
 }

@@ -31,6 +31,7 @@ pub use index::PrefixIndex;
 pub use prefixes::RemotePrefixes;
 
 use crate::ipcache::Prefix;
+use crate::loglimit::LogLimit;
 use crate::model::Node;
 use crate::node::NodeId;
 use serde::{Deserialize, Serialize};
@@ -108,15 +109,27 @@ pub struct ClusterRefusals {
 }
 
 /// The refusals of every remote cluster.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Refusals {
     by_cluster: Mutex<BTreeMap<String, ClusterRefusals>>,
+    log_limit: LogLimit,
+}
+
+impl Default for Refusals {
+    fn default() -> Self {
+        Self {
+            by_cluster: Mutex::default(),
+            log_limit: LogLimit::per_second("refused claims"),
+        }
+    }
 }
 
 impl Refusals {
-    /// Counts `why` against `cluster` and logs it.
+    /// Counts `why` against `cluster` and logs it (at a bounded rate).
     pub fn refuse(&self, cluster: &str, why: &Refusal) {
-        tracing::warn!(cluster, reason = %why, "refused a remote cluster's claim");
+        if self.log_limit.allow() {
+            tracing::warn!(cluster, reason = %why, "refused a remote cluster's claim");
+        }
         let mut by = self.by_cluster.lock().expect("refusals lock poisoned");
         let entry = by.entry(cluster.to_owned()).or_default();
         entry.refused = entry.refused.saturating_add(1);

@@ -80,6 +80,7 @@ impl ClusterMesh {
                     name,
                     self.shared.observer.clone(),
                     self.shared.callbacks.clone(),
+                    self.shared.config.max_keys_per_cluster,
                 )),
                 task: None,
             });

@@ -39,6 +39,9 @@ pub struct Config {
     pub cluster_id: u32,
     /// The largest valid cluster ID (255; 511 in the extended mode).
     pub max_connected_clusters: u32,
+    /// The most keys one remote cluster may hold, all resources together: a new key
+    /// past it is refused as malformed, naming the limit.
+    pub max_keys_per_cluster: usize,
     /// Limits of each remote cluster's etcd client.
     pub kvstore: crate::kvstore::Config,
     /// How long to wait for a required cluster config before refusing the cluster.
@@ -53,6 +56,7 @@ impl Default for Config {
             cluster_name: "default".into(),
             cluster_id: 0,
             max_connected_clusters: 255,
+            max_keys_per_cluster: 1_000_000,
             kvstore: crate::kvstore::Config::default(),
             cluster_config_timeout: Duration::from_secs(180),
             retry: (Duration::from_millis(500), Duration::from_secs(30)),

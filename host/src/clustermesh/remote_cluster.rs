@@ -30,6 +30,10 @@ pub(crate) struct RemoteCluster {
     callbacks: SyncCallbacks,
     /// When the cluster was added: barriers' release times count from here.
     added: std::time::Instant,
+    /// The most keys the cluster may hold, all resources together.
+    max_keys: usize,
+    /// Skipped values are logged at a bounded rate: they are the remote's doing.
+    log_limit: crate::loglimit::LogLimit,
 }
 
 #[derive(Default)]
@@ -72,7 +76,12 @@ impl Inner {
 }
 
 impl RemoteCluster {
-    pub fn new(name: &str, observer: Arc<dyn Observer>, callbacks: SyncCallbacks) -> Self {
+    pub fn new(
+        name: &str,
+        observer: Arc<dyn Observer>,
+        callbacks: SyncCallbacks,
+        max_keys: usize,
+    ) -> Self {
         Self {
             name: name.into(),
             barriers: Default::default(),
@@ -80,6 +89,8 @@ impl RemoteCluster {
             observer,
             callbacks,
             added: std::time::Instant::now(),
+            max_keys,
+            log_limit: crate::loglimit::LogLimit::per_second("malformed values"),
         }
     }
 
@@ -172,6 +183,14 @@ impl RemoteCluster {
                 let mut inner = self.lock();
                 inner.failing.remove(&StreamKey::Resource(r));
                 inner.healed();
+                let held: usize = inner.stores.iter().map(Store::len).sum();
+                if held >= self.max_keys && !inner.stores[r.index()].contains(&key) {
+                    let error = format!(
+                        "{key}: cluster {cluster} already holds its limit of {} keys (--clustermesh-max-keys-per-cluster)",
+                        self.max_keys
+                    );
+                    return self.skip(inner, r, &key, error);
+                }
                 let owner = Owner {
                     name: cluster,
                     id: inner.id,
@@ -192,25 +211,12 @@ impl RemoteCluster {
                             });
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(cluster, resource = %r, error = %e, "skipping malformed value");
-                        inner.malformed += 1;
-                        inner.last_error = Some(e.to_string());
-                        let store = &mut inner.stores[r.index()];
-                        store.seen(&key);
-                        // The key's current value is unknown: what it held before is
-                        // no longer true, so it goes.
-                        let old = store.remove(&key);
-                        drop(inner);
-                        if let Some(old) = old {
-                            self.observer.on_event(ClusterEvent::Delete {
-                                cluster,
-                                key: &key,
-                                old: &old,
-                            });
-                        }
-                    }
+                    Err(e) => self.skip(inner, r, &key, e.to_string()),
                 }
+            }
+            Event::TooLarge { key } => {
+                let error = format!("{key}: value too large to read (over the response limit)");
+                self.skip(self.lock(), r, &key, error);
             }
             Event::Delete { key } => {
                 let old = self.lock().stores[r.index()].remove(&key);
@@ -233,6 +239,28 @@ impl RemoteCluster {
                     self.callbacks.run(r, &self.info());
                 }
             }
+        }
+    }
+
+    /// A value that is not accepted (malformed, too large, past the key limit): it is
+    /// skipped, named and counted, and what the key held before goes, since its
+    /// current value is unknown.
+    fn skip(&self, mut inner: MutexGuard<'_, Inner>, r: Resource, key: &str, error: String) {
+        if self.log_limit.allow() {
+            tracing::warn!(cluster = %self.name, resource = %r, %error, "skipping malformed value");
+        }
+        inner.malformed = inner.malformed.saturating_add(1);
+        inner.last_error = Some(error);
+        let store = &mut inner.stores[r.index()];
+        store.seen(key);
+        let old = store.remove(key);
+        drop(inner);
+        if let Some(old) = old {
+            self.observer.on_event(ClusterEvent::Delete {
+                cluster: &self.name,
+                key,
+                old: &old,
+            });
         }
     }
 

@@ -145,6 +145,10 @@ impl Store {
         }
     }
 
+    pub fn contains(&self, key: &str) -> bool {
+        self.entries.contains_key(key)
+    }
+
     pub fn remove(&mut self, key: &str) -> Option<Arc<Value>> {
         self.entries.remove(key)
     }

@@ -60,7 +60,7 @@ pub struct WriterStats {
     pub written: u64,
     /// Entries deleted.
     pub deleted: u64,
-    /// Writes the kernel refused (a full map, say); each is logged.
+    /// Writes the kernel refused (a full map, say); logged at a bounded rate.
     pub failed: u64,
     /// Batches taken from the queue.
     pub batches: u64,
@@ -159,6 +159,8 @@ impl Drop for MapWriter {
 fn write_loop(shared: &Shared, map: &IpcacheMap) {
     // The prefixes in the map: its entry count without walking it.
     let mut present = std::collections::HashSet::new();
+    // A full map fails every write after it: the log says so at a bounded rate.
+    let log_limit = crate::loglimit::LogLimit::per_second("ipcache map write failures");
     loop {
         let (batch, upto) = {
             let mut q = shared.queue.lock().expect("map writer lock");
@@ -188,7 +190,9 @@ fn write_loop(shared: &Shared, map: &IpcacheMap) {
                 };
                 if let Err(e) = result {
                     failed += 1;
-                    tracing::warn!(%prefix, error = %e, "ipcache map write failed");
+                    if log_limit.allow() {
+                        tracing::warn!(%prefix, error = %e, "ipcache map write failed");
+                    }
                 }
             }
         }

@@ -2,8 +2,9 @@
 
 use super::{Config, Error, Limits};
 use etcd_client::{
-    Certificate, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, Identity, PutOptions,
-    SortOrder, SortTarget, TlsOptions, Txn, TxnOp, WatchOptions, WatchStream,
+    Certificate, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, Identity, KvClient,
+    PutOptions, SortOrder, SortTarget, TlsOptions, Txn, TxnOp, WatchClient, WatchOptions,
+    WatchStream,
 };
 use std::future::Future;
 use std::path::PathBuf;
@@ -33,6 +34,9 @@ pub struct TlsFiles {
 #[derive(Clone)]
 pub struct Client {
     inner: etcd_client::Client,
+    /// Lists and watches decode responses up to `config.max_response_bytes`.
+    kv: KvClient,
+    watch: WatchClient,
     limits: Limits,
     config: Config,
 }
@@ -69,8 +73,16 @@ impl Client {
                 key: endpoints.urls.join(","),
                 source,
             })?;
+        let kv = inner
+            .kv_client()
+            .max_decoding_message_size(config.max_response_bytes);
+        let watch = inner
+            .watch_client()
+            .max_decoding_message_size(config.max_response_bytes);
         Ok(Self {
             inner,
+            kv,
+            watch,
             limits: Limits::new(config.max_in_flight, config.qps),
             config: config.clone(),
         })
@@ -90,16 +102,39 @@ impl Client {
         let _permit = self.limits.acquire().await;
         let timeout = self.config.request_timeout;
         match tokio::time::timeout(timeout, f(self.inner.clone())).await {
-            Ok(r) => r.map_err(|source| Error::Request {
-                op,
-                key: key.to_owned(),
-                source,
-            }),
+            Ok(r) => r.map_err(|source| self.request_error(op, key, source)),
             Err(_) => Err(Error::Timeout {
                 op,
                 key: key.to_owned(),
                 timeout,
             }),
+        }
+    }
+
+    /// A request's error; a response over the decode limit is [`Error::TooLarge`].
+    pub(crate) fn request_error(
+        &self,
+        op: &'static str,
+        key: &str,
+        source: etcd_client::Error,
+    ) -> Error {
+        match &source {
+            // tonic's decoder refuses a message over the limit with `OutOfRange`.
+            etcd_client::Error::GRpcStatus(status)
+                if status.code() == tonic::Code::OutOfRange
+                    && status.message().contains("too large") =>
+            {
+                Error::TooLarge {
+                    op,
+                    key: key.to_owned(),
+                    limit: self.config.max_response_bytes,
+                }
+            }
+            _ => Error::Request {
+                op,
+                key: key.to_owned(),
+                source,
+            },
         }
     }
 
@@ -125,18 +160,63 @@ impl Client {
         end: Vec<u8>,
         revision: i64,
     ) -> Result<GetResponse, Error> {
+        self.range_page_of(start, end, revision, self.config.page_size)
+            .await
+    }
+
+    /// [`Client::range_page`] with at most `limit` keys (0 = no limit). Responses up
+    /// to `max_response_bytes` are decoded; a larger one is [`Error::TooLarge`].
+    ///
+    /// # Errors
+    /// [`Error::Request`], [`Error::Timeout`] or [`Error::TooLarge`].
+    pub async fn range_page_of(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        revision: i64,
+        limit: u32,
+    ) -> Result<GetResponse, Error> {
         let key = String::from_utf8_lossy(&start).into_owned();
         let mut options = GetOptions::new().with_range(end);
-        if self.config.page_size > 0 {
-            options = options.with_limit(i64::from(self.config.page_size));
+        if limit > 0 {
+            options = options.with_limit(i64::from(limit));
         }
         if revision > 0 {
             options = options.with_revision(revision);
         }
-        self.call("list", &key, |mut c| async move {
-            c.get(start, Some(options)).await
+        let kv = self.kv.clone();
+        self.call("list", &key, |_| async move {
+            let mut kv = kv;
+            kv.get(start, Some(options)).await
         })
         .await
+    }
+
+    /// The first key of `[start, end)` at `revision`, without its value: how a list
+    /// names a value too large to read.
+    ///
+    /// # Errors
+    /// [`Error::Request`] or [`Error::Timeout`].
+    pub async fn first_key(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        revision: i64,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let key = String::from_utf8_lossy(&start).into_owned();
+        let mut options = GetOptions::new()
+            .with_range(end)
+            .with_limit(1)
+            .with_keys_only();
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        let resp = self
+            .call("list keys", &key, |mut c| async move {
+                c.get(start, Some(options)).await
+            })
+            .await?;
+        Ok(resp.kvs().first().map(|kv| kv.key().to_vec()))
     }
 
     /// Writes `key`, attached to `lease` when not 0.
@@ -288,8 +368,10 @@ impl Client {
         let options = WatchOptions::new()
             .with_range(super::prefix_range_end(prefix))
             .with_start_revision(revision);
-        self.call("watch", prefix, |mut c| async move {
-            c.watch(p, Some(options)).await
+        let watch = self.watch.clone();
+        self.call("watch", prefix, |_| async move {
+            let mut watch = watch;
+            watch.watch(p, Some(options)).await
         })
         .await
     }

@@ -28,6 +28,12 @@ pub enum Event {
         /// The first revision the watch delivers.
         revision: i64,
     },
+    /// `key`'s value is larger than the client decodes (`Config::max_response_bytes`):
+    /// it is skipped, and what the key held before no longer stands.
+    TooLarge {
+        /// The full key.
+        key: String,
+    },
     /// A complete list is in: every key that existed at the list's revision was
     /// delivered and every key that no longer existed was deleted. Sent after the
     /// first list and again after each re-list (after compaction).
@@ -85,8 +91,30 @@ struct Driver {
 }
 
 enum WatchEnd {
-    Compacted(Error),
+    /// The resume revision is gone, or a response was too large to decode: list again
+    /// (a list skips values too large to read).
+    Relist(Error),
     Broken(Error),
+}
+
+/// A list page in flight: where it starts, and the request.
+type PageTask = (
+    Vec<u8>,
+    tokio::task::JoinHandle<Result<etcd_client::GetResponse, Error>>,
+);
+
+/// The keys the next page asks for after one of `n` keys and `bytes` bytes: as many as
+/// fit `page_bytes` at that page's mean size, at least one, at most `page_size`
+/// (0 = no maximum).
+fn next_page_limit(page_size: u32, page_bytes: usize, n: usize, bytes: usize) -> u32 {
+    let most = if page_size == 0 { u32::MAX } else { page_size };
+    if n == 0 || bytes == 0 {
+        return page_size;
+    }
+    let mean = (bytes / n).max(1);
+    u32::try_from(page_bytes / mean)
+        .unwrap_or(u32::MAX)
+        .clamp(1, most)
 }
 
 impl Driver {
@@ -112,7 +140,7 @@ impl Driver {
             };
             resume = Some(from);
             match self.watch(&mut resume, &mut backoff).await? {
-                WatchEnd::Compacted(e) => {
+                WatchEnd::Relist(e) => {
                     resume = None;
                     self.send(Err(e)).await?;
                 }
@@ -130,38 +158,78 @@ impl Driver {
 
     /// One complete paged list at a single revision. Returns that revision, or the
     /// error that broke the list (the next attempt starts over).
+    ///
+    /// Pages are sized by bytes as well as keys: after a large page the next asks for
+    /// fewer keys, and a page too large to decode is asked again with half as many. A
+    /// single value too large is named ([`Event::TooLarge`]) and skipped.
     async fn list(&mut self) -> Result<Result<i64, Error>, Closed> {
         let end = prefix_range_end(&self.prefix);
-        let start = self.prefix.as_bytes().to_vec();
+        let config = self.client.config().clone();
+        let mut start = self.prefix.as_bytes().to_vec();
+        let mut limit = config.page_size;
         let mut revision = 0;
         let mut seen = HashSet::with_capacity(self.known.len());
-        let mut next: Option<tokio::task::JoinHandle<Result<etcd_client::GetResponse, Error>>> =
-            None;
+        let mut next: Option<PageTask> = None;
         loop {
             let page = match next.take() {
-                Some(task) => task.await.expect("page request task panicked"),
+                Some((from, task)) => {
+                    start = from;
+                    task.await.expect("page request task panicked")
+                }
                 None => {
                     self.client
-                        .range_page(start.clone(), end.clone(), revision)
+                        .range_page_of(start.clone(), end.clone(), revision, limit)
                         .await
                 }
             };
             let resp = match page {
                 Ok(r) => r,
+                Err(Error::TooLarge { .. }) if limit != 1 => {
+                    limit = if limit == 0 { 256 } else { limit / 2 };
+                    continue;
+                }
+                Err(Error::TooLarge { .. }) => {
+                    // One value alone is too large: name it, skip it.
+                    let key = match self
+                        .client
+                        .first_key(start.clone(), end.clone(), revision)
+                        .await
+                    {
+                        Ok(Some(k)) => k,
+                        Ok(None) => break,
+                        Err(e) => return Ok(Err(e)),
+                    };
+                    let name = String::from_utf8_lossy(&key).into_owned();
+                    self.known.remove(&name);
+                    seen.insert(name.clone());
+                    self.send(Ok(Event::TooLarge { key: name })).await?;
+                    start = key;
+                    start.push(0);
+                    continue;
+                }
                 Err(e) => return Ok(Err(e)),
             };
             if revision == 0 {
                 revision = resp.header().map_or(0, |h| h.revision());
             }
+            let bytes: usize = resp
+                .kvs()
+                .iter()
+                .map(|kv| kv.key().len() + kv.value().len())
+                .sum();
+            limit = next_page_limit(config.page_size, config.page_bytes, resp.kvs().len(), bytes);
             // Ask for the next page before handing this one on: etcd reads while the
             // consumer decodes.
             if let Some(last) = resp.kvs().last().filter(|_| resp.more()) {
                 let mut from = last.key().to_vec();
                 from.push(0);
-                let (client, end) = (self.client.clone(), end.clone());
-                next = Some(tokio::spawn(async move {
-                    client.range_page(from, end, revision).await
-                }));
+                let (client, end, at) = (self.client.clone(), end.clone(), from.clone());
+                next = Some((
+                    from,
+                    tokio::spawn(
+                        async move { client.range_page_of(at, end, revision, limit).await },
+                    ),
+                ));
             }
             for kv in resp.kvs() {
                 let key = match key_string(kv.key()) {
@@ -215,11 +283,12 @@ impl Driver {
                 Ok(Some(resp)) => resp,
                 Ok(None) => return Ok(WatchEnd::Broken(self.ended("stream closed by server"))),
                 Err(source) => {
-                    return Ok(WatchEnd::Broken(Error::Request {
-                        op: "watch",
-                        key: self.prefix.clone(),
-                        source,
-                    }))
+                    return Ok(
+                        match self.client.request_error("watch", &self.prefix, source) {
+                            e @ Error::TooLarge { .. } => WatchEnd::Relist(e),
+                            e => WatchEnd::Broken(e),
+                        },
+                    );
                 }
             };
             if resp.created() && !resp.canceled() {
@@ -227,7 +296,7 @@ impl Driver {
             }
             if resp.canceled() {
                 if resp.compact_revision() > 0 {
-                    return Ok(WatchEnd::Compacted(Error::Compacted {
+                    return Ok(WatchEnd::Relist(Error::Compacted {
                         prefix: self.prefix.clone(),
                         revision: resume.unwrap_or(from),
                         compact_revision: resp.compact_revision(),
@@ -279,4 +348,22 @@ fn key_string(key: &[u8]) -> Result<String, Error> {
     String::from_utf8(key.to_vec()).map_err(|_| Error::KeyNotUtf8 {
         key: String::from_utf8_lossy(key).into_owned(),
     })
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::next_page_limit;
+
+    #[test]
+    fn pages_are_sized_by_bytes_within_the_key_limit() {
+        // 1 KiB values against a 16 KiB aim: 16 keys.
+        assert_eq!(next_page_limit(256, 16 << 10, 32, 32 << 10), 16);
+        // Small values: the key limit holds.
+        assert_eq!(next_page_limit(256, 16 << 10, 256, 256 * 20), 256);
+        // One value over the aim: one key, never none.
+        assert_eq!(next_page_limit(256, 16 << 10, 1, 100 << 10), 1);
+        // An empty page says nothing: back to the key limit.
+        assert_eq!(next_page_limit(256, 16 << 10, 0, 0), 256);
+        assert_eq!(next_page_limit(0, 1 << 20, 10, 1000), 10_485);
+    }
 }

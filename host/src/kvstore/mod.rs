@@ -29,6 +29,13 @@ pub struct Config {
     pub request_timeout: Duration,
     /// HTTP/2 keep-alive interval and timeout: how fast a dead or paused etcd is noticed.
     pub keep_alive: (Duration, Duration),
+    /// The largest list page or watch response decoded. gRPC's default (4 MiB) is
+    /// raised deliberately: a page of 256 node records can pass it. A single value
+    /// larger than this is reported as [`Event::TooLarge`] and skipped.
+    pub max_response_bytes: usize,
+    /// The bytes a list page aims at: after a large page the next asks for fewer keys
+    /// (never fewer than one, never more than `page_size`).
+    pub page_bytes: usize,
 }
 
 impl Default for Config {
@@ -41,6 +48,8 @@ impl Default for Config {
             // be retried, while the lease still holds.
             request_timeout: Duration::from_secs(5),
             keep_alive: (Duration::from_secs(15), Duration::from_secs(25)),
+            max_response_bytes: 32 << 20,
+            page_bytes: 2 << 20,
         }
     }
 }
@@ -114,6 +123,16 @@ pub enum Error {
     KeyNotUtf8 {
         /// The key, lossily decoded.
         key: String,
+    },
+    /// A list page or watch response is larger than the client decodes.
+    #[error("etcd {op} on {key:?}: response over the {limit}-byte limit")]
+    TooLarge {
+        /// The operation.
+        op: &'static str,
+        /// The key or prefix.
+        key: String,
+        /// The limit (`Config::max_response_bytes`).
+        limit: usize,
     },
     /// A lease could not be kept alive.
     #[error("lease {id} expired or was lost")]

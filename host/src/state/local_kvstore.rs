@@ -84,6 +84,13 @@ pub async fn run_local_kvstore(
                     withdraw(&state, &key, old);
                 }
             }
+            Ok(Event::TooLarge { key }) => {
+                // Its value is unknown: what the key held goes.
+                if let Some(old) = held.remove(&key) {
+                    withdraw(&state, &key, old);
+                }
+                state.reject(&format_args!("{key}: value too large to read"));
+            }
             Ok(Event::InitDone { .. }) if kind == Kind::Nodes => {
                 nodes_synced.send_if_modified(|synced| !std::mem::replace(synced, true));
             }

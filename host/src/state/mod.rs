@@ -12,6 +12,7 @@ use crate::claims::{ClusterRefusals, Refusals, RemotePrefixes};
 use crate::clustermesh::{ClusterEvent, Observer, Value};
 use crate::identity::{IdentityCache, Totals as IdentityTotals};
 use crate::ipcache::{Fact, IpCache, K8sMeta, Prefix, Source};
+use crate::loglimit::LogLimit;
 use crate::model::IpIdentityPair;
 use crate::node::{NodeId, NodeManager};
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,8 @@ pub struct State {
     /// What remote clusters were refused.
     refusals: Arc<Refusals>,
     rejected: AtomicU64,
+    /// Refused values are the remote's doing: logged at a bounded rate.
+    log_limit: LogLimit,
 }
 
 /// Totals for `weftd status`.
@@ -73,6 +76,7 @@ impl State {
             remote_prefixes,
             refusals,
             rejected: AtomicU64::new(0),
+            log_limit: LogLimit::per_second("refused values"),
         }
     }
 
@@ -108,7 +112,9 @@ impl State {
 
     fn reject(&self, what: &dyn std::fmt::Display) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(error = %what, "state refused a value");
+        if self.log_limit.allow() {
+            tracing::warn!(error = %what, "state refused a value");
+        }
     }
 }
 
