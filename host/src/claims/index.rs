@@ -21,14 +21,23 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone)]
 pub struct PrefixIndex<V> {
     map: BTreeMap<Prefix, V>,
+    /// Per family (IPv4, IPv6), how many stored prefixes have each length: a query
+    /// looks up only the shorter lengths that are there (an index of node addresses
+    /// and pod CIDRs has two), not every one.
+    lengths: [[u32; 129]; 2],
 }
 
 impl<V> Default for PrefixIndex<V> {
     fn default() -> Self {
         Self {
             map: BTreeMap::new(),
+            lengths: [[0; 129]; 2],
         }
     }
+}
+
+fn family(prefix: &Prefix) -> usize {
+    usize::from(prefix.addr().is_ipv6())
 }
 
 impl<V> PrefixIndex<V> {
@@ -47,26 +56,39 @@ impl<V> PrefixIndex<V> {
     where
         V: Default,
     {
+        if !self.map.contains_key(&prefix) {
+            self.lengths[family(&prefix)][usize::from(prefix.prefix_len())] += 1;
+        }
         self.map.entry(prefix).or_default()
     }
 
     /// Stores `value` at `prefix`; returns what was there.
     pub fn insert(&mut self, prefix: Prefix, value: V) -> Option<V> {
-        self.map.insert(prefix, value)
+        let old = self.map.insert(prefix, value);
+        if old.is_none() {
+            self.lengths[family(&prefix)][usize::from(prefix.prefix_len())] += 1;
+        }
+        old
     }
 
     /// Removes what is at exactly `prefix`.
     pub fn remove(&mut self, prefix: &Prefix) -> Option<V> {
-        self.map.remove(prefix)
+        let old = self.map.remove(prefix);
+        if old.is_some() {
+            self.lengths[family(prefix)][usize::from(prefix.prefix_len())] -= 1;
+        }
+        old
     }
 
     /// Every stored prefix that shares an address with `prefix` (it contains
     /// `prefix`, or `prefix` contains it), with its value.
     pub fn overlapping(&self, prefix: Prefix) -> impl Iterator<Item = (Prefix, &V)> + '_ {
         // The shorter prefixes with the same network address are in the range; the
-        // others that contain `prefix` are looked up one length at a time.
-        let wider = prefix
-            .supernets()
+        // others that contain `prefix` are looked up one stored length at a time.
+        let lengths = &self.lengths[family(&prefix)];
+        let wider = (0..prefix.prefix_len())
+            .filter(move |len| lengths[usize::from(*len)] > 0)
+            .filter_map(move |len| Prefix::new(prefix.addr(), len))
             .filter(move |s| s.addr() != prefix.addr())
             .filter_map(|s| self.map.get_key_value(&s));
         let within = self.map.range(prefix.address_range());
@@ -81,6 +103,30 @@ impl<V> PrefixIndex<V> {
     /// Whether nothing is stored.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+}
+
+impl<T: Ord> PrefixIndex<std::collections::BTreeSet<T>> {
+    /// Adds `member` to the set at each of `prefixes`.
+    pub fn insert_member(&mut self, prefixes: &[Prefix], member: &T)
+    where
+        T: Clone,
+    {
+        for p in prefixes {
+            self.get_or_default(*p).insert(member.clone());
+        }
+    }
+
+    /// Takes `member` out of the sets at `prefixes`; a set left empty goes.
+    pub fn remove_member(&mut self, prefixes: &[Prefix], member: &T) {
+        for p in prefixes {
+            if let Some(set) = self.map.get_mut(p) {
+                set.remove(member);
+                if set.is_empty() {
+                    self.remove(p);
+                }
+            }
+        }
     }
 }
 
@@ -115,6 +161,13 @@ mod tests {
             let mut index = PrefixIndex::default();
             for p in &stored {
                 index.insert(*p, ());
+            }
+            // Removals keep the lengths' counts true: take the first few out again.
+            let (gone, stored) = stored.split_at(stored.len() / 4);
+            for p in gone {
+                if !stored.contains(p) {
+                    index.remove(p);
+                }
             }
             let mut found: Vec<Prefix> = index.overlapping(query).map(|(p, _)| p).collect();
             found.sort();

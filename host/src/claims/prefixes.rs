@@ -54,8 +54,46 @@ struct Inner {
 
 struct Holder {
     cluster: Arc<str>,
-    /// The owners (`cluster/key`) of its entries at the prefix: almost always one.
-    owners: Vec<Arc<str>>,
+    /// The owners (`cluster/key`) of its entries at the prefix.
+    owners: Owners,
+}
+
+/// A holder's owners at one prefix: almost always one, kept inline (one per remote
+/// entry: a `Vec` would cost an allocation each).
+enum Owners {
+    One(Arc<str>),
+    Many(Vec<Arc<str>>),
+}
+
+impl Owners {
+    fn as_slice(&self) -> &[Arc<str>] {
+        match self {
+            Owners::One(o) => std::slice::from_ref(o),
+            Owners::Many(v) => v,
+        }
+    }
+
+    fn push(&mut self, owner: Arc<str>) {
+        match self {
+            Owners::One(first) => *self = Owners::Many(vec![first.clone(), owner]),
+            Owners::Many(v) => v.push(owner),
+        }
+    }
+
+    /// Takes `owner` out: `None` when it is not there, else whether none is left.
+    fn remove(&mut self, owner: &Arc<str>) -> Option<bool> {
+        match self {
+            Owners::One(o) => (o == owner).then_some(true),
+            Owners::Many(v) => {
+                let at = v.iter().position(|o| o == owner)?;
+                v.swap_remove(at);
+                if let [last] = &v[..] {
+                    *self = Owners::One(last.clone());
+                }
+                Some(false)
+            }
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -128,14 +166,14 @@ impl RemotePrefixes {
                 inner.unpark(owner);
                 match inner.held.get_mut(&claim.prefix) {
                     Some(holder) => {
-                        if !holder.owners.contains(owner) {
+                        if !holder.owners.as_slice().contains(owner) {
                             holder.owners.push(owner.clone());
                         }
                     }
                     None => {
                         let holder = Holder {
                             cluster: claim.cluster.clone(),
-                            owners: vec![owner.clone()],
+                            owners: Owners::One(owner.clone()),
                         };
                         inner.held.insert(claim.prefix, holder);
                     }
@@ -157,9 +195,7 @@ impl RemotePrefixes {
     /// next claimant of the prefix in when it was the last of its holder.
     fn withdraw(&self, inner: &mut Inner, owner: &Arc<str>, prefix: Prefix) -> Option<Fact> {
         let holder = inner.held.get_mut(&prefix)?;
-        let at = holder.owners.iter().position(|o| o == owner)?;
-        holder.owners.swap_remove(at);
-        let last = holder.owners.is_empty();
+        let last = holder.owners.remove(owner)?;
         let fact = self
             .ipcache
             .take(prefix, &Owner::new(Source::ClusterMesh, owner.clone()));
@@ -232,13 +268,13 @@ impl RemotePrefixes {
             let Some(holder) = inner.held.remove(&prefix) else {
                 continue;
             };
-            for owner in holder.owners {
+            for owner in holder.owners.as_slice() {
                 let ipcache_owner = Owner::new(Source::ClusterMesh, owner.clone());
                 let Some(fact) = self.ipcache.take(prefix, &ipcache_owner) else {
                     continue;
                 };
                 let why = Refusal::NodeSpace {
-                    what: key_of(&owner, &holder.cluster).to_owned(),
+                    what: key_of(owner, &holder.cluster).to_owned(),
                     prefix,
                     held: space,
                     holder: NodeIdText(node.clone()),
@@ -249,7 +285,7 @@ impl RemotePrefixes {
                     prefix,
                     fact,
                 };
-                inner.park(&owner, claim);
+                inner.park(owner, claim);
             }
             self.promote(inner, prefix);
         }
@@ -330,12 +366,7 @@ impl Inner {
     }
 
     fn unindex_parked(&mut self, owner: &Arc<str>, prefix: Prefix) {
-        if let Some(owners) = self.parked_at.get_mut(&prefix) {
-            owners.remove(owner);
-            if owners.is_empty() {
-                self.parked_at.remove(&prefix);
-            }
-        }
+        self.parked_at.remove_member(&[prefix], owner);
     }
 }
 
@@ -350,14 +381,7 @@ impl NodeListener for RemotePrefixes {
             .collect();
         let mut inner = self.lock();
         let freed: Vec<Prefix> = before.difference(&new).copied().collect();
-        for p in &freed {
-            if let Some(ids) = inner.nodes.get_mut(p) {
-                ids.remove(&id);
-                if ids.is_empty() {
-                    inner.nodes.remove(p);
-                }
-            }
-        }
+        inner.nodes.remove_member(&freed, &id);
         for p in new.difference(&before) {
             inner.nodes.get_or_default(*p).insert(id.clone());
             self.evict(&mut inner, &id, *p);
@@ -371,14 +395,7 @@ impl NodeListener for RemotePrefixes {
         let id = NodeId::of(node);
         let freed = node_space(node);
         let mut inner = self.lock();
-        for p in &freed {
-            if let Some(ids) = inner.nodes.get_mut(p) {
-                ids.remove(&id);
-                if ids.is_empty() {
-                    inner.nodes.remove(p);
-                }
-            }
-        }
+        inner.nodes.remove_member(&freed, &id);
         self.retry(&mut inner, &freed);
     }
 }

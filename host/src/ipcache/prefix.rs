@@ -83,11 +83,6 @@ impl Prefix {
         self.contains(other) || other.contains(self)
     }
 
-    /// The prefixes that contain this one, widest first, this one last.
-    pub fn supernets(self) -> impl Iterator<Item = Prefix> {
-        (0..=self.len).filter_map(move |len| Prefix::new(self.addr, len))
-    }
-
     /// The range, in `Prefix` order, of the prefixes whose network address lies in
     /// this one: every prefix this one contains is in it, and whatever else is in it
     /// contains this one.
@@ -172,15 +167,6 @@ mod tests {
             "the families never overlap"
         );
         assert!(p("::/0").contains(&p("f00d::1")));
-        let sup: Vec<String> = p("10.1.2.0/24")
-            .supernets()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(sup.len(), 25);
-        assert_eq!(
-            (sup[0].as_str(), sup[24].as_str()),
-            ("0.0.0.0/0", "10.1.2.0/24")
-        );
         let r = p("10.1.2.0/24").address_range();
         assert!(r.contains(&p("10.1.2.255")) && r.contains(&p("10.1.2.128/25")));
         assert!(!r.contains(&p("10.1.3.0")) && !r.contains(&p("10.1.1.255")));

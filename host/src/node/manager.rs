@@ -238,9 +238,7 @@ impl NodeManager {
         for (prefix, fact) in facts {
             self.ipcache.upsert(prefix, owner.clone(), fact);
         }
-        for p in &space {
-            inner.space.get_or_default(*p).insert(id.clone());
-        }
+        inner.space.insert_member(&space, &id);
         let old = inner.nodes.insert(
             id.clone(),
             Known {
@@ -266,7 +264,7 @@ impl NodeManager {
                 .filter(|p| !space.contains(p))
                 .copied()
                 .collect();
-            unindex(&mut inner.space, &id, &freed);
+            inner.space.remove_member(&freed, &id);
         }
         told.push(Told::Upsert(node, old.map(|k| Box::new(k.node))));
         self.retry(inner, freed, told);
@@ -285,7 +283,7 @@ impl NodeManager {
         for prefix in &known.prefixes {
             self.ipcache.remove(*prefix, &owner);
         }
-        unindex(&mut inner.space, id, &known.space);
+        inner.space.remove_member(&known.space, id);
         told.push(Told::Delete(known.node.clone()));
         Some((known.node, known.space))
     }
@@ -383,17 +381,6 @@ impl NodeManager {
     /// Whether no node is known.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-fn unindex(space: &mut PrefixIndex<BTreeSet<NodeId>>, id: &NodeId, prefixes: &[Prefix]) {
-    for p in prefixes {
-        if let Some(ids) = space.get_mut(p) {
-            ids.remove(id);
-            if ids.is_empty() {
-                space.remove(p);
-            }
-        }
     }
 }
 
