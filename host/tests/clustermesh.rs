@@ -303,3 +303,47 @@ async fn a_cluster_at_its_key_limit_has_new_keys_refused_and_named() {
     );
     mesh.stop().await;
 }
+
+/// A wrong CA or an expired certificate is a configuration problem: the status says
+/// which, naming the file, while the connection is retried; the right file connects.
+#[tokio::test]
+async fn a_wrong_ca_or_an_expired_certificate_is_named_in_the_status() {
+    let etcd = Etcd::start_tls(support::Pki::new()).await;
+    seed_cluster(&etcd, "c2", 2, 3).await;
+    let pki = etcd.tls.as_ref().unwrap();
+    let stranger = support::Pki::new();
+    // etcd reads its certificate at each handshake: started valid, then expired.
+    let expired = Etcd::start_tls(support::Pki::new()).await;
+    expired.tls.as_ref().unwrap().expire_server_certificate();
+    let lab = Lab::start(256);
+    let write = |name: &str, url: &str, ca: &std::path::Path, pki: &support::Pki| {
+        let text = format!(
+            "endpoints:\n- {url}\ntrusted-ca-file: {}\ncert-file: {}\nkey-file: {}\n",
+            ca.display(),
+            pki.path("client.crt").display(),
+            pki.path("client.key").display()
+        );
+        std::fs::write(lab.dir.path().join(name), text).unwrap();
+    };
+    write("c2", &etcd.url(), &stranger.path("ca.crt"), pki);
+    let s = lab.until_error("c2", "not signed by the trusted CA").await;
+    let error = s.last_error.unwrap();
+    assert!(
+        error.contains(&stranger.path("ca.crt").display().to_string()),
+        "{error}"
+    );
+    assert!(!s.connected);
+
+    let epki = expired.tls.as_ref().unwrap();
+    write("c3", &expired.url(), &epki.path("ca.crt"), epki);
+    let s = lab
+        .until_error("c3", "server's certificate has expired")
+        .await;
+    assert!(!s.connected);
+
+    // The right CA: c2 connects (the wrong one was a configuration, not a blip, but
+    // the cluster was never given up).
+    write("c2", &etcd.url(), &pki.path("ca.crt"), pki);
+    let s = lab.until("c2 ready over TLS", "c2", |s| s.ready).await;
+    assert_eq!(support::counts(&s), (3, 3, 3, 3));
+}

@@ -39,6 +39,8 @@ pub struct Client {
     watch: WatchClient,
     limits: Limits,
     config: Config,
+    /// The TLS files, to name in a TLS failure.
+    tls: TlsFiles,
 }
 
 impl std::fmt::Debug for Client {
@@ -85,6 +87,7 @@ impl Client {
             watch,
             limits: Limits::new(config.max_in_flight, config.qps),
             config: config.clone(),
+            tls: endpoints.tls.clone(),
         })
     }
 
@@ -130,10 +133,17 @@ impl Client {
                     limit: self.config.max_response_bytes,
                 }
             }
-            _ => Error::Request {
-                op,
-                key: key.to_owned(),
-                source,
+            _ => match super::tls::problem(&source, &self.tls) {
+                Some(problem) => Error::Tls {
+                    op,
+                    key: key.to_owned(),
+                    problem,
+                },
+                None => Error::Request {
+                    op,
+                    key: key.to_owned(),
+                    source,
+                },
             },
         }
     }

@@ -8,11 +8,13 @@ mod backoff;
 mod client;
 mod limit;
 mod list_watch;
+mod tls;
 
 pub use backoff::Backoff;
 pub use client::{Client, Endpoints, TlsFiles};
 pub use limit::Limits;
 pub use list_watch::{list_watch, Event};
+pub use tls::TlsProblem;
 
 use std::time::Duration;
 
@@ -123,6 +125,17 @@ pub enum Error {
     KeyNotUtf8 {
         /// The key, lossily decoded.
         key: String,
+    },
+    /// A TLS handshake failed for a reason the configuration must fix (a wrong CA, an
+    /// expired certificate); the connection is still retried.
+    #[error("etcd {op} on {key:?}: {problem}")]
+    Tls {
+        /// The operation.
+        op: &'static str,
+        /// The key or prefix.
+        key: String,
+        /// What is wrong.
+        problem: TlsProblem,
     },
     /// A list page or watch response is larger than the client decodes.
     #[error("etcd {op} on {key:?}: response over the {limit}-byte limit")]

@@ -89,6 +89,46 @@ impl Pki {
         Pki { dir }
     }
 
+    /// Replaces the server certificate with one (same key, same CA) that expired in
+    /// 2020: `openssl x509` cannot backdate, `openssl ca` can.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn expire_server_certificate(&self) {
+        let dir = self.dir.path();
+        std::fs::write(
+            dir.join("ca.cnf"),
+            "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = ca.srl\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("index.txt"), "").unwrap();
+        let out = Command::new("openssl")
+            .args([
+                "ca", "-batch", "-notext", "-config", "ca.cnf", "-cert", "ca.crt",
+            ])
+            .args([
+                "-keyfile",
+                "ca.key",
+                "-in",
+                "server.csr",
+                "-out",
+                "server.crt",
+            ])
+            .args([
+                "-startdate",
+                "20200101000000Z",
+                "-enddate",
+                "20200102000000Z",
+            ])
+            .args(["-extfile", "server.ext"])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl ca: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
     }
