@@ -8,8 +8,21 @@ use weft::cli::{
     PluginCommand,
 };
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Before any thread starts (setting the environment is not thread-safe): the
+    // WireGuard control crate would start this program as root when a device's socket
+    // is missing; weft starts its own helper, never another.
+    std::env::set_var(
+        "WG_USERSPACE_IMPLEMENTATION",
+        weft::wireguard::NO_USERSPACE_IMPLEMENTATION,
+    );
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {

@@ -385,3 +385,51 @@ fn a_device_whose_helper_died_is_opened_again_with_its_peers() {
     let back = a.run(|| weft::wireguard::link::mtu(&name));
     assert!(back.is_ok(), "the device's link is back: {back:?}");
 }
+
+/// The control crate's socket calls have no timeout, and with no socket it starts a
+/// userspace implementation itself. A helper that accepts and never answers costs one
+/// bounded wait per call (never a thread per caller), and a missing socket is an error
+/// naming it, with nothing started.
+#[test]
+fn a_hung_helper_or_a_missing_socket_is_an_error_in_bounded_time() {
+    let name = format!("wgh{}", std::process::id());
+    std::fs::create_dir_all("/var/run/wireguard").unwrap();
+    let socket = Path::new("/var/run/wireguard").join(format!("{name}.sock"));
+    let _ = std::fs::remove_file(&socket);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    // Accepts every connection and holds it, reading nothing, answering nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
+    });
+    let device = WireGuardDevice::named(&name).unwrap();
+    let (done, results) = std::sync::mpsc::channel();
+    for _ in 0..3 {
+        let (device, done) = (device.clone(), done.clone());
+        std::thread::spawn(move || {
+            let _ = done.send(device.get().map(drop).unwrap_err().to_string());
+        });
+    }
+    // Each caller hears back within the UAPI timeout, the queue's wait included.
+    let bound = weft::wireguard::UAPI_TIMEOUT * 2 + Duration::from_secs(5);
+    for _ in 0..3 {
+        let error = results
+            .recv_timeout(bound)
+            .expect("a caller waited past the bound");
+        assert!(
+            error.contains("did not answer") || error.contains("busy"),
+            "{error}"
+        );
+    }
+    std::fs::remove_file(&socket).unwrap();
+
+    // No socket: the crate would start `wireguard-go`; the device says it is gone.
+    let gone = WireGuardDevice::named(&format!("wgn{}", std::process::id())).unwrap();
+    let error = gone
+        .apply(DeviceUpdate::new().set_listen_port(LISTEN_PORT))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("UAPI socket is gone"), "{error}");
+}

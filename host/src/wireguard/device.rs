@@ -23,6 +23,17 @@ const RUN_DIR: &str = "/var/run/wireguard";
 /// How long a new helper gets to open its socket.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a UAPI call may take: a helper that does not answer in this time is hung.
+pub const UAPI_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// UAPI calls queued behind one in progress; past them, a call fails at once.
+const UAPI_QUEUE: usize = 4;
+
+/// What `weftd` sets `WG_USERSPACE_IMPLEMENTATION` to: the control crate starts that
+/// program (as root) when a device's socket is missing, and weft starts its own
+/// helper, never another. A path that cannot exist makes the crate's attempt fail.
+pub const NO_USERSPACE_IMPLEMENTATION: &str = "/nonexistent/weft-starts-weft-wg-itself";
+
 /// A WireGuard device, kernel or userspace.
 #[derive(Debug, Clone)]
 pub struct WireGuardDevice {
@@ -31,6 +42,73 @@ pub struct WireGuardDevice {
     backend: Backend,
     /// The namespace of a kernel device (netlink talks to the caller's namespace).
     netns: Option<PathBuf>,
+    /// The thread that speaks UAPI to a userspace device.
+    uapi: Uapi,
+}
+
+type UapiJob = Box<dyn FnOnce() + Send>;
+
+/// One thread per device speaks UAPI (the control crate's socket calls have no
+/// timeout): a caller waits at most [`UAPI_TIMEOUT`] for its answer, and while a hung
+/// helper holds the thread, calls past a short queue fail at once. A hung helper
+/// costs one thread, never one per `/status`.
+#[derive(Clone)]
+struct Uapi {
+    jobs: std::sync::mpsc::SyncSender<UapiJob>,
+}
+
+impl std::fmt::Debug for Uapi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Uapi")
+    }
+}
+
+impl Uapi {
+    fn start(device: &str) -> Uapi {
+        let (jobs, rx) = std::sync::mpsc::sync_channel::<UapiJob>(UAPI_QUEUE);
+        std::thread::Builder::new()
+            .name(format!("weft-uapi-{device}"))
+            .spawn(move || {
+                // Ends when the last clone of the device is dropped.
+                for job in rx {
+                    job();
+                }
+            })
+            .expect("the UAPI thread starts");
+        Uapi { jobs }
+    }
+
+    fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+    ) -> std::io::Result<T> {
+        use std::io::{Error, ErrorKind};
+        use std::sync::mpsc::{RecvTimeoutError, TrySendError};
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        let job: UapiJob = Box::new(move || {
+            let _ = reply.send(f());
+        });
+        match self.jobs.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                return Err(Error::new(
+                    ErrorKind::WouldBlock,
+                    "the UAPI socket is still busy with earlier calls that have not answered",
+                ))
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                return Err(Error::other("the UAPI thread is gone"))
+            }
+        }
+        match answer.recv_timeout(UAPI_TIMEOUT) {
+            Ok(result) => result,
+            Err(RecvTimeoutError::Timeout) => Err(Error::new(
+                ErrorKind::TimedOut,
+                format!("the helper did not answer on its UAPI socket within {UAPI_TIMEOUT:?}"),
+            )),
+            Err(RecvTimeoutError::Disconnected) => Err(Error::other("the UAPI thread is gone")),
+        }
+    }
 }
 
 impl WireGuardDevice {
@@ -128,6 +206,17 @@ impl WireGuardDevice {
             pid = child.id(),
             "WireGuard device started"
         );
+        // Reaped when it exits (else a zombie for the agent's life); the stage then
+        // finds the device gone and starts another. An agent that ends first leaves it
+        // running, to init.
+        let device_name = name.to_owned();
+        std::thread::Builder::new()
+            .name(format!("weft-wg-reaper-{name}"))
+            .spawn(move || match child.wait() {
+                Ok(status) => tracing::warn!(device = %device_name, %status, "weft-wg exited"),
+                Err(e) => tracing::warn!(device = %device_name, error = %e, "weft-wg not reaped"),
+            })
+            .map_err(|e| bad(format!("reaper thread: {e}")))?;
         Ok(device)
     }
 
@@ -146,6 +235,7 @@ impl WireGuardDevice {
             iface,
             backend: Backend::Userspace,
             netns: None,
+            uapi: Uapi::start(name),
         })
     }
 
@@ -167,7 +257,12 @@ impl WireGuardDevice {
     }
 
     fn answers(&self) -> bool {
-        UnixStream::connect(self.socket_path()).is_ok()
+        // A helper that stops accepting can make even a connect block, once its
+        // backlog is full: on the UAPI thread, bounded like every call.
+        let socket = self.socket_path();
+        self.uapi
+            .call(move || UnixStream::connect(socket).map(drop))
+            .is_ok()
     }
 
     /// Sets the private key and the listen port, then the firewall mark (in a second
@@ -197,12 +292,29 @@ impl WireGuardDevice {
     /// # Errors
     /// [`Error::Device`].
     pub fn apply(&self, update: DeviceUpdate) -> Result<(), Error> {
-        let (iface, backend) = (&self.iface, self.backend);
-        self.in_netns(move || update.apply(iface, backend))
-            .map_err(|e| Error::Device {
-                device: self.name.clone(),
-                reason: format!("update: {e}"),
-            })
+        let (iface, backend) = (self.iface, self.backend);
+        let result = match backend {
+            Backend::Userspace => {
+                let socket = self.socket_path();
+                self.uapi.call(move || {
+                    // Without its socket the control crate would start a userspace
+                    // implementation itself: the device is gone, and the stage opens
+                    // it again with weft's own helper.
+                    UnixStream::connect(&socket).map_err(|e| {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("the device's UAPI socket is gone ({e})"),
+                        )
+                    })?;
+                    update.apply(&iface, backend)
+                })
+            }
+            _ => self.in_netns(move || update.apply(&iface, backend)),
+        };
+        result.map_err(|e| Error::Device {
+            device: self.name.clone(),
+            reason: format!("update: {e}"),
+        })
     }
 
     /// Runs `f` where a kernel device's netlink must be spoken; in place otherwise.
@@ -221,12 +333,17 @@ impl WireGuardDevice {
     /// # Errors
     /// [`Error::Device`].
     pub fn get(&self) -> Result<wireguard_control::Device, Error> {
-        let (iface, backend) = (&self.iface, self.backend);
-        self.in_netns(move || wireguard_control::Device::get(iface, backend))
-            .map_err(|e| Error::Device {
-                device: self.name.clone(),
-                reason: format!("get: {e}"),
-            })
+        let (iface, backend) = (self.iface, self.backend);
+        let result = match backend {
+            Backend::Userspace => self
+                .uapi
+                .call(move || wireguard_control::Device::get(&iface, backend)),
+            _ => self.in_netns(move || wireguard_control::Device::get(&iface, backend)),
+        };
+        result.map_err(|e| Error::Device {
+            device: self.name.clone(),
+            reason: format!("get: {e}"),
+        })
     }
 
     /// The device's peers with their AllowedIPs: what a restarted agent restores.

@@ -12,7 +12,7 @@ mod peers;
 mod routes;
 mod stage;
 
-pub use device::WireGuardDevice;
+pub use device::{WireGuardDevice, NO_USERSPACE_IMPLEMENTATION, UAPI_TIMEOUT};
 pub use key::NodeKey;
 pub use node::{NodeWireGuard, NodeWireGuardConfig, DEFAULT_DEVICE};
 pub use peers::{Collected, PeerChange, PeerTable, Refusal};
