@@ -1,7 +1,9 @@
 //! The WireGuard stage: a node subscriber and an ipcache listener whose events feed the
 //! [`PeerTable`] on a thread of its own, which sends the changes to the device. The
 //! listeners only queue, so no UAPI round trip happens under the ipcache's lock, and
-//! the thread drains the whole queue before it sends: a burst of events is one update.
+//! the thread takes the whole queue before it sends: a burst of events is one update.
+//! The queue keeps the newest word per node and per prefix, so it is bounded by the
+//! state, never by the rate of events.
 //! The thread also checks the device now and then; one that is gone (its helper
 //! killed) is opened again and given every peer the table holds.
 
@@ -12,11 +14,8 @@ use crate::node::{NodeId, NodeListener};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Events applied in one update at most.
-const BATCH: usize = 100_000;
 
 /// How often an idle stage checks that its device still answers.
 const HEALTH_CHECK: Duration = Duration::from_secs(5);
@@ -24,13 +23,60 @@ const HEALTH_CHECK: Duration = Duration::from_secs(5);
 /// Opens the device again when it is gone: finds or starts it, and configures it.
 pub type Revive = Box<dyn Fn() -> Result<WireGuardDevice, super::Error> + Send>;
 
-enum Event {
-    Node(NodeId, Vec<IpAddr>, String),
-    NodeGone(NodeId),
-    Tunnel(Prefix, Option<IpAddr>),
+/// A question to the thread, answered after everything queued before it is applied.
+enum Request {
     CollectGarbage(mpsc::Sender<GarbageReport>),
     Garbage(mpsc::Sender<Vec<(String, Vec<String>)>>),
     Flush(mpsc::Sender<()>),
+}
+
+/// What changed since the thread last looked: the newest word per node and per
+/// prefix. Bounded by the nodes and prefixes there are, not by the rate of events (a
+/// prefix that flaps a thousand times is one entry), so the listeners never block
+/// and the queue never grows past the state. The table applies each word alike in
+/// any order: nodes and tunnels are separate maps in it.
+#[derive(Default)]
+struct Pending {
+    /// `None`: the node went away.
+    nodes: HashMap<NodeId, Option<(Vec<IpAddr>, String)>>,
+    tunnels: HashMap<Prefix, Option<IpAddr>>,
+    /// One per caller waiting on its answer.
+    requests: Vec<Request>,
+    /// The stage was dropped: the thread ends.
+    closed: bool,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.tunnels.is_empty() && self.requests.is_empty()
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl Queue {
+    fn push(&self, f: impl FnOnce(&mut Pending)) {
+        f(&mut self.pending.lock().expect("wireguard queue lock"));
+        self.wake.notify_one();
+    }
+
+    /// Everything pending, once there is something or `timeout` passed; `None` once
+    /// closed.
+    fn take(&self, timeout: Duration) -> Option<Pending> {
+        let pending = self.pending.lock().expect("wireguard queue lock");
+        let (mut pending, _) = self
+            .wake
+            .wait_timeout_while(pending, timeout, |p| p.is_empty() && !p.closed)
+            .expect("wireguard queue lock");
+        if pending.closed {
+            return None;
+        }
+        Some(std::mem::take(&mut *pending))
+    }
 }
 
 /// What garbage collection did with the restored peers.
@@ -98,7 +144,7 @@ struct Shared {
 
 /// Keeps a device's peers in step with the remote nodes and the ipcache.
 pub struct PeerSync {
-    tx: mpsc::Sender<Event>,
+    queue: Arc<Queue>,
     shared: Arc<Mutex<Shared>>,
     device: WireGuardDevice,
     local: NodeId,
@@ -151,34 +197,35 @@ impl PeerSync {
             owners: HashMap::new(),
         }));
         let table = PeerTable::restoring(restored);
-        let (tx, rx) = mpsc::channel::<Event>();
+        let queue = Arc::new(Queue::default());
         let worker = Worker {
             table,
             device: device.clone(),
             shared: shared.clone(),
             revive,
         };
+        let input = queue.clone();
         std::thread::Builder::new()
             .name("weft-wireguard".into())
-            .spawn(move || worker.run(&rx))
+            .spawn(move || worker.run(&input))
             .expect("the WireGuard thread starts");
         Ok(Arc::new(Self {
-            tx,
+            queue,
             shared,
             device,
             local,
         }))
     }
 
-    fn send(&self, event: Event) {
-        let _ = self.tx.send(event);
+    fn ask(&self, request: Request) {
+        self.queue.push(|p| p.requests.push(request));
     }
 
     /// Removes restored peers and AllowedIPs no node claims. Call only once local nodes
     /// are synced and the mesh's `nodes_synced` and `ip_identities_synced` returned.
     pub fn collect_garbage(&self) -> GarbageReport {
         let (reply, answer) = mpsc::channel();
-        self.send(Event::CollectGarbage(reply));
+        self.ask(Request::CollectGarbage(reply));
         answer.recv().unwrap_or_default()
     }
 
@@ -186,14 +233,14 @@ impl PeerSync {
     /// AllowedIPs, as of every event queued before the call.
     pub fn garbage(&self) -> Vec<(String, Vec<String>)> {
         let (reply, answer) = mpsc::channel();
-        self.send(Event::Garbage(reply));
+        self.ask(Request::Garbage(reply));
         answer.recv().unwrap_or_default()
     }
 
     /// Waits until every event queued before the call is applied.
     pub fn flush(&self) {
         let (reply, answer) = mpsc::channel();
-        self.send(Event::Flush(reply));
+        self.ask(Request::Flush(reply));
         let _ = answer.recv();
     }
 
@@ -240,31 +287,31 @@ struct Worker {
 }
 
 impl Worker {
-    fn run(mut self, rx: &mpsc::Receiver<Event>) {
-        loop {
-            let first = match rx.recv_timeout(HEALTH_CHECK) {
-                Ok(event) => event,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if self.device.get().is_err() && self.revive_device() {
-                        self.apply();
-                    }
-                    continue;
+    fn run(mut self, queue: &Queue) {
+        while let Some(pending) = queue.take(HEALTH_CHECK) {
+            if pending.is_empty() {
+                if self.device.get().is_err() && self.revive_device() {
+                    self.apply();
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            };
+                continue;
+            }
+            for (id, node) in pending.nodes {
+                match node {
+                    Some((ips, key)) => self.table.upsert_node(&id, &ips, &key),
+                    None => self.table.delete_node(&id),
+                }
+            }
+            for (prefix, endpoint) in pending.tunnels {
+                self.table.tunnel_changed(prefix, endpoint);
+            }
             let mut replies = Vec::new();
             let mut collected = Vec::new();
-            let mut event = Some(first);
-            let mut taken = 0;
-            while let Some(e) = event.take() {
-                match e {
-                    Event::Node(id, ips, key) => self.table.upsert_node(&id, &ips, &key),
-                    Event::NodeGone(id) => self.table.delete_node(&id),
-                    Event::Tunnel(prefix, endpoint) => self.table.tunnel_changed(prefix, endpoint),
-                    Event::CollectGarbage(reply) => {
+            for request in pending.requests {
+                match request {
+                    Request::CollectGarbage(reply) => {
                         collected.push((self.table.collect_garbage(), reply));
                     }
-                    Event::Garbage(reply) => {
+                    Request::Garbage(reply) => {
                         let garbage = self.table.garbage().into_iter().map(|(key, ips)| {
                             (
                                 key.to_base64(),
@@ -273,11 +320,7 @@ impl Worker {
                         });
                         let _ = reply.send(garbage.collect());
                     }
-                    Event::Flush(reply) => replies.push(reply),
-                }
-                taken += 1;
-                if taken < BATCH {
-                    event = rx.try_recv().ok();
+                    Request::Flush(reply) => replies.push(reply),
                 }
             }
             self.apply();
@@ -377,11 +420,16 @@ impl NodeListener for PeerSync {
             return;
         }
         let ips = node.ip_addresses.iter().map(|a| a.ip).collect();
-        self.send(Event::Node(id, ips, node.wireguard_pub_key.clone()));
+        let key = node.wireguard_pub_key.clone();
+        self.queue.push(|p| {
+            p.nodes.insert(id, Some((ips, key)));
+        });
     }
 
     fn on_delete(&self, node: &Node) {
-        self.send(Event::NodeGone(NodeId::of(node)));
+        self.queue.push(|p| {
+            p.nodes.insert(NodeId::of(node), None);
+        });
     }
 }
 
@@ -389,7 +437,51 @@ impl Listener for PeerSync {
     fn on_change(&self, change: &Change<'_>) {
         let endpoint = change.new.and_then(|e| e.tunnel_endpoint);
         if change.old.and_then(|e| e.tunnel_endpoint) != endpoint {
-            self.send(Event::Tunnel(change.prefix, endpoint));
+            self.queue.push(|p| {
+                p.tunnels.insert(change.prefix, endpoint);
+            });
         }
+    }
+}
+
+impl Drop for PeerSync {
+    fn drop(&mut self) {
+        self.queue.push(|p| p.closed = true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_holds_the_newest_word_per_prefix_and_node_not_every_event() {
+        let queue = Queue::default();
+        let prefix: Prefix = "10.2.0.7/32".parse().unwrap();
+        let node = NodeId {
+            cluster: "c2".into(),
+            name: "n1".into(),
+        };
+        for i in 0..10_000u32 {
+            let endpoint = (i % 2 == 0).then(|| "192.0.2.2".parse().unwrap());
+            queue.push(|p| {
+                p.tunnels.insert(prefix, endpoint);
+                p.nodes
+                    .insert(node.clone(), (i % 3 == 0).then(Default::default));
+            });
+        }
+        let taken = queue.take(Duration::ZERO).expect("open");
+        assert_eq!((taken.tunnels.len(), taken.nodes.len()), (1, 1));
+        assert_eq!(taken.tunnels[&prefix], None, "the last word: 9,999 is odd");
+        assert_eq!(
+            taken.nodes[&node],
+            Some(Default::default()),
+            "9,999 = 3 × 3,333"
+        );
+        queue.push(|p| p.closed = true);
+        assert!(
+            queue.take(Duration::ZERO).is_none(),
+            "closed: the thread ends"
+        );
     }
 }
