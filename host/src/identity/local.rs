@@ -21,8 +21,15 @@ impl LocalAllocator {
             *refs += 1;
             return *id;
         }
-        self.next += 1;
-        let id = LOCAL_SCOPE | self.next;
+        // Numbers freed by `release` are used again once the 24 bits run out: an
+        // agent up for years must not wrap into other identity ranges.
+        let id = loop {
+            self.next = self.next % (LOCAL_SCOPE - 1) + 1;
+            let id = LOCAL_SCOPE | self.next;
+            if !self.by_id.contains_key(&id) {
+                break id;
+            }
+        };
         self.by_labels.insert(labels.clone(), (id, 1));
         self.by_id.insert(id, labels.clone());
         id
@@ -77,5 +84,25 @@ mod tests {
         a.release(id1);
         assert_eq!(a.labels(id1), None);
         assert_eq!(a.len(), 1);
+    }
+
+    #[test]
+    fn past_the_last_number_freed_ones_are_used_again_never_another_range() {
+        let mut a = LocalAllocator {
+            next: LOCAL_SCOPE - 2, // as after 16.7 million allocations
+            ..LocalAllocator::default()
+        };
+        let first = a.acquire(&Arc::new("cidr:10.9.0.0/16=;".parse().unwrap()));
+        assert_eq!(first, LOCAL_SCOPE | (LOCAL_SCOPE - 1), "the last number");
+        let l2: Arc<Labels> = Arc::new("cidr:10.2.0.0/16=;".parse().unwrap());
+        assert_eq!(
+            a.acquire(&l2),
+            LOCAL_SCOPE | 1,
+            "the first again, still local-scope"
+        );
+        // Number 2 is in use: the next one skips it.
+        a.by_id.insert(LOCAL_SCOPE | 2, l2.clone());
+        let l3: Arc<Labels> = Arc::new("cidr:10.3.0.0/16=;".parse().unwrap());
+        assert_eq!(a.acquire(&l3), LOCAL_SCOPE | 3);
     }
 }

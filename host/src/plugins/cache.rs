@@ -59,6 +59,20 @@ impl CompileCache {
             reason: e.to_string(),
         };
         std::fs::create_dir_all(dir).map_err(err)?;
+        // The directory holds the key that vouches for native code: anyone who owns
+        // it could replace the key and forge entries. It must be a directory (not a
+        // link to one) of this process's user.
+        let meta = std::fs::symlink_metadata(dir).map_err(err)?;
+        let me = nix::unistd::geteuid().as_raw();
+        if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != me {
+            return Err(Error::Cache {
+                path: dir.into(),
+                reason: format!(
+                    "not a directory of this process's user (uid {me}): its owner (uid {}) could forge compiled entries",
+                    std::os::unix::fs::MetadataExt::uid(&meta)
+                ),
+            });
+        }
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
         let key_path = dir.join(".key");
         let key = match std::fs::read(&key_path) {
@@ -168,5 +182,32 @@ impl CompileCache {
 
     fn mac(&self, path: &Path, payload: &[u8]) -> [u8; MAC_LEN] {
         self.mac_state(path, payload).finalize().into_bytes().into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cache_directory_of_another_user_or_a_link_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let ours = root.path().join("ours");
+        assert!(CompileCache::open(&ours).is_ok(), "made here: ours");
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(&ours, &link).unwrap();
+        let err = CompileCache::open(&link).unwrap_err().to_string();
+        assert!(
+            err.contains("not a directory of this process's user"),
+            "{err}"
+        );
+        if !nix::unistd::geteuid().is_root() {
+            return; // only root can give a directory away
+        }
+        let theirs = root.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        let err = CompileCache::open(&theirs).unwrap_err().to_string();
+        assert!(err.contains("uid 65534"), "{err}");
     }
 }

@@ -219,8 +219,10 @@ impl Record {
 
     /// Keeps what a replaced instance counted.
     fn retire_counters(&mut self) {
+        // A plugin chooses its counters' values: sums saturate rather than wrap.
         for (name, n) in std::mem::take(&mut self.live_counters) {
-            *self.saved_counters.entry(name).or_default() += n;
+            let saved = self.saved_counters.entry(name).or_default();
+            *saved = saved.saturating_add(n);
         }
     }
 
@@ -228,7 +230,8 @@ impl Record {
     pub fn status(&self, plugin: &LoadedPlugin, now: Instant) -> PluginStatus {
         let mut counters = self.saved_counters.clone();
         for (name, n) in &self.live_counters {
-            *counters.entry(name.clone()).or_default() += n;
+            let sum = counters.entry(name.clone()).or_default();
+            *sum = sum.saturating_add(*n);
         }
         PluginStatus {
             name: plugin.name.clone(),
