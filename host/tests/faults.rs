@@ -120,7 +120,7 @@ async fn the_mesh_converges_on_etcd_through_random_faults() {
                 let ip = format!("10.2.9.{}", round % 40);
                 let key = format!("cilium/state/ip/v1/default/{ip}");
                 let op = async {
-                    if round % 3 == 0 {
+                    if round.is_multiple_of(3) {
                         c.delete(key.as_str(), None).await.map(drop)
                     } else {
                         let value = support::ip_json(&ip, (2 << 16) + 1 + (round % 7) as u32);
