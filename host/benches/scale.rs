@@ -1,0 +1,169 @@
+//! Scale benchmark (issue 15): 10 remote clusters, each its own etcd, with 50,000
+//! ipcache entries, 1,000 identities and 500 nodes each (500,000 entries, 10,000
+//! identities and 5,000 nodes in all, near the BPF map's 512,000). Measured: the time
+//! from adding all ten to every barrier released, next to a raw paged read of the
+//! same keys from the ten etcds at once in the same run, and the agent's peak memory.
+//! `cargo bench -p weft --bench scale`.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{ip_json, node_json, Etcd};
+
+const CLUSTERS: u32 = 10;
+const ENTRIES: u32 = 50_000;
+const IDENTITIES: u32 = 1_000;
+const NODES: u32 = 500;
+
+fn name(id: u32) -> String {
+    format!("cluster{id}")
+}
+
+async fn load(etcd: &Etcd, id: u32) -> usize {
+    let cluster = name(id);
+    let mut kv = Vec::new();
+    for i in 0..ENTRIES {
+        let ip = format!("10.{id}.{}.{}", i >> 8, i & 255);
+        kv.push((
+            format!("cilium/state/ip/v1/default/{ip}"),
+            ip_json(&ip, (id << 16) + 1 + i % IDENTITIES),
+        ));
+    }
+    for i in 0..IDENTITIES {
+        kv.push((
+            format!("cilium/state/identities/v1/id/{}", (id << 16) + 1 + i),
+            format!("k8s:app=app-{i};k8s:io.cilium.k8s.policy.cluster={cluster};"),
+        ));
+    }
+    for i in 0..NODES {
+        let node = format!("node-{i}");
+        let ip = format!("172.{}.{}.{}", 16 + id, i >> 8, i & 255);
+        kv.push((
+            format!("cilium/state/nodes/v1/{cluster}/{node}"),
+            node_json(&cluster, id, &node, &ip),
+        ));
+    }
+    etcd.put_all(&kv).await;
+    kv.len()
+}
+
+/// Every key of one cluster, 256 a page at one revision, per prefix.
+async fn raw_read_one(etcd: &Etcd, id: u32) -> usize {
+    let mut c = etcd.client().await;
+    let mut n = 0;
+    for prefix in [
+        format!("cilium/state/nodes/v1/{}/", name(id)),
+        "cilium/state/ip/v1/default/".to_owned(),
+        "cilium/state/identities/v1/id/".to_owned(),
+        format!("cilium/state/services/v1/{}/", name(id)),
+    ] {
+        let end = weft::kvstore::prefix_range_end(&prefix);
+        let mut key = prefix.into_bytes();
+        let mut rev = 0;
+        loop {
+            let mut o = etcd_client::GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(256);
+            if rev > 0 {
+                o = o.with_revision(rev);
+            }
+            let r = c.get(key.clone(), Some(o)).await.unwrap();
+            rev = r.header().unwrap().revision();
+            n += r.kvs().len();
+            match r.kvs().last() {
+                Some(last) if r.more() => {
+                    key = last.key().to_vec();
+                    key.push(0);
+                }
+                _ => break,
+            }
+        }
+    }
+    n
+}
+
+/// A fresh `weftd`, then all ten clusters' files; the time until every cluster is
+/// ready, and the agent's peak resident memory in KiB.
+async fn agent_sync(etcds: &[(u32, Etcd)]) -> (Duration, u64) {
+    let state = tempfile::tempdir().unwrap();
+    let mesh = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weftd"))
+        .args(["run", "--cluster-name", "local", "--cluster-id", "1"])
+        .args(["--health-addr", "127.0.0.1:0"])
+        .args(["--kvstore-qps", "0", "--kvstore-max-in-flight", "0"])
+        .arg("--clustermesh-config")
+        .arg(mesh.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .env("RUST_LOG", "warn")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    support::eventually("weftd answers", Duration::from_secs(30), || {
+        std::os::unix::net::UnixStream::connect(state.path().join("weftd.sock")).ok()
+    })
+    .await;
+    let start = Instant::now();
+    for (id, etcd) in etcds {
+        support::write_config_file(mesh.path(), &name(*id), &etcd.url());
+    }
+    loop {
+        let s = weft::api::fetch_status(state.path()).await.unwrap();
+        let ready = s.clusters.iter().filter(|c| c.ready).count();
+        if ready == etcds.len() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "sync took over 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = start.elapsed();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    let entries = weft::api::fetch_status(state.path())
+        .await
+        .ok()
+        .and_then(|s| s.totals)
+        .map_or(0, |t| t.ipcache);
+    println!("weftd holds {entries} resolved ipcache entries");
+    let _ = child.kill();
+    let _ = child.wait();
+    (took, hwm)
+}
+
+#[tokio::main]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` asks for the list of tests; there are none.
+    }
+    let mut etcds = Vec::new();
+    for id in 2..2 + CLUSTERS {
+        etcds.push((id, Etcd::start().await));
+    }
+    let t = Instant::now();
+    let loaded = futures::future::join_all(etcds.iter().map(|(id, e)| load(e, *id))).await;
+    let keys: usize = loaded.iter().sum();
+    println!(
+        "loaded {keys} keys into {CLUSTERS} etcds in {:.1?}",
+        t.elapsed()
+    );
+
+    let t = Instant::now();
+    let read = futures::future::join_all(etcds.iter().map(|(id, e)| raw_read_one(e, *id))).await;
+    let raw = t.elapsed();
+    assert_eq!(read.iter().sum::<usize>(), keys);
+    let (agent, hwm) = agent_sync(&etcds).await;
+    println!(
+        "raw paged read of all ten {raw:.2?}, weftd add→all ready {agent:.2?}, ratio {:.2}x (target <= 1.1x); peak RSS {} MiB (target < 300 MiB)",
+        agent.as_secs_f64() / raw.as_secs_f64(),
+        hwm / 1024
+    );
+}
