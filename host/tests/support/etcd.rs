@@ -13,6 +13,8 @@ pub struct Etcd {
     peer_port: u16,
     /// Serve clients over TLS with client-certificate authentication.
     pub tls: Option<super::Pki>,
+    /// How the last etcd that exited early ended.
+    last_exit: Option<std::process::ExitStatus>,
 }
 
 /// A free loopback port below the kernel's ephemeral range (32768+), so that no
@@ -29,6 +31,32 @@ fn free_port() -> u16 {
     }
 }
 
+/// etcd's directory: on tmpfs (`/dev/shm`) where there is one, so that a build
+/// directory filling the disk cannot stop etcd (it preallocates 64 MiB of WAL and,
+/// with the disk full, exits without a word); the disk otherwise.
+fn data_parent() -> tempfile::TempDir {
+    let mut b = tempfile::Builder::new();
+    b.prefix("weft-test-etcd");
+    b.tempdir_in("/dev/shm")
+        .or_else(|_| b.tempdir())
+        .expect("a directory for etcd's data")
+}
+
+/// The free space where `dir` lives, as df(1) prints it: an etcd that exits without
+/// a word has most often found the disk full.
+fn free_space(dir: &std::path::Path) -> String {
+    Command::new("df")
+        .arg("-h")
+        .arg(dir)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .replace('\n', " | ")
+        })
+        .unwrap_or_else(|e| format!("df failed: {e}"))
+}
+
 impl Etcd {
     /// Starts etcd and waits until it answers.
     pub async fn start() -> Etcd {
@@ -43,13 +71,11 @@ impl Etcd {
     async fn start_with(tls: Option<super::Pki>) -> Etcd {
         let mut etcd = Etcd {
             child: None,
-            dir: tempfile::Builder::new()
-                .prefix("weft-test-etcd")
-                .tempdir()
-                .unwrap(),
+            dir: data_parent(),
             client_port: free_port(),
             peer_port: free_port(),
             tls,
+            last_exit: None,
         };
         // Another process may still take a port first: start over on new ones.
         for _ in 0..5 {
@@ -59,7 +85,18 @@ impl Etcd {
             etcd.kill();
             (etcd.client_port, etcd.peer_port) = (free_port(), free_port());
         }
-        panic!("etcd did not start in 5 attempts: {}", etcd.log());
+        panic!(
+            "etcd did not start in 5 attempts ({}; {}): {}",
+            etcd.exit_status(),
+            free_space(etcd.dir.path()),
+            etcd.log()
+        );
+    }
+
+    /// How the last etcd process ended, for a failure message.
+    fn exit_status(&mut self) -> String {
+        self.last_exit
+            .map_or_else(|| "still running".to_string(), |s| format!("etcd {s}"))
     }
 
     fn log(&self) -> String {
@@ -120,7 +157,8 @@ impl Etcd {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             let child = self.child.as_mut().expect("etcd spawned");
-            if child.try_wait().unwrap().is_some() {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.last_exit = Some(status);
                 return false;
             }
             if let Ok(mut c) = etcd_client::Client::connect([self.url()], self.options()).await {
@@ -162,7 +200,13 @@ impl Etcd {
             self.kill();
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        panic!("etcd did not restart on {}: {}", self.url(), self.log());
+        panic!(
+            "etcd did not restart on {} ({}; {}): {}",
+            self.url(),
+            self.exit_status(),
+            free_space(self.dir.path()),
+            self.log()
+        );
     }
 
     /// Starts etcd again on the same ports with empty data (a lost etcd).
