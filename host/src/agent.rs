@@ -257,7 +257,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let policies = policies.clone();
         let wg = wireguard.as_ref().map(|wg| wg.peers.clone());
         let routes = pod_routes.clone();
+        let runtime = tokio::runtime::Handle::current();
         Arc::new(move || StatusReport {
+            runtime: Some(api::RuntimeStatus::of(&runtime)),
             cluster: own_cluster.clone(),
             clusters: mesh.status(),
             totals: Some(state.totals()),

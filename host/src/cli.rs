@@ -90,6 +90,30 @@ pub enum LabCommand {
         #[command(flatten)]
         at: LabAt,
     },
+    /// Churn the lab (pods, a cluster, a node's agent, plugins, an etcd pause) while
+    /// streams run, sampling every agent's memory, open files and tasks: the streams
+    /// must see no error and no cut, and the curves stay flat (judged from 10 min on).
+    /// Needs 3 clusters or more and 2–8 pods per node.
+    Soak {
+        /// How long the churn goes on (`30s`, `1h`).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+        duration: std::time::Duration,
+        /// The time between churn steps.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+        every: std::time::Duration,
+        /// The time between samples of the agents.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+        sample_every: std::time::Duration,
+        /// Draw the agents' curves into this SVG file.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+        /// Write every sample into this CSV file.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+        /// Which lab.
+        #[command(flatten)]
+        at: LabAt,
+    },
     /// Remove everything the lab made (also after a crash), from its state file.
     Down(LabAt),
 }
@@ -710,6 +734,12 @@ pub fn render_status(report: &api::StatusReport) -> String {
             r.refused,
             r.held_back,
             r.last.as_deref().unwrap_or("-"),
+        ));
+    }
+    if let Some(rt) = &report.runtime {
+        out.push_str(&format!(
+            "runtime: {} tasks alive on {} workers\n",
+            rt.alive_tasks, rt.workers
         ));
     }
     out

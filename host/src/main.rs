@@ -207,6 +207,30 @@ async fn run() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
+        Command::Lab(LabCommand::Soak {
+            duration,
+            every,
+            sample_every,
+            plot,
+            csv,
+            at,
+        }) => {
+            let weftd = std::env::current_exe()?;
+            let options = weft::lab::soak::Options {
+                duration,
+                every,
+                sample_every,
+                cni: weftd.with_file_name("weft-cni"),
+                plot,
+                csv,
+            };
+            let verdict =
+                weft::lab::soak::soak(&at.path(), &options, &mut std::io::stdout()).await?;
+            println!("{}", verdict.line);
+            if !verdict.passed {
+                std::process::exit(1);
+            }
+        }
         Command::Lab(LabCommand::Status(at)) => {
             print!("{}", weft::lab::status(&at.path()).await?);
         }

@@ -46,6 +46,29 @@ pub struct StatusReport {
     /// The policy directory, when the agent follows one (`--policy-dir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policies: Option<PoliciesStatus>,
+    /// The agent's async runtime: what a soak watches for leaks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeStatus>,
+}
+
+/// The agent's async runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeStatus {
+    /// Tasks alive now (spawned and not yet finished).
+    pub alive_tasks: usize,
+    /// Worker threads.
+    pub workers: usize,
+}
+
+impl RuntimeStatus {
+    /// The runtime of `handle`, now.
+    pub fn of(handle: &tokio::runtime::Handle) -> Self {
+        let m = handle.metrics();
+        Self {
+            alive_tasks: m.num_alive_tasks(),
+            workers: m.num_workers(),
+        }
+    }
 }
 
 /// The endpoints at a glance; `weftd endpoint list` shows each.

@@ -9,7 +9,8 @@
 //! - [`state`]: the state file, every part recorded before it is made;
 //! - [`netns`], [`underlay`], [`process`], [`pods`]: making the parts;
 //! - [`up`](mod@up), [`down`](mod@down): the lab's life; [`view`] and [`matrix`]: what it
-//!   shows; [`scenario`]: what it proves, each with its control run.
+//!   shows; [`scenario`]: what it proves, each with its control run; [`soak`]: the lab
+//!   under churn for an hour, its agents' curves flat.
 
 pub mod down;
 pub mod matrix;
@@ -18,6 +19,7 @@ pub mod plot;
 pub mod pods;
 pub mod process;
 pub mod scenario;
+pub mod soak;
 pub mod spec;
 pub mod state;
 pub mod stream;

@@ -14,6 +14,33 @@ use std::process::{Command, Stdio};
 /// The plugin's error (its JSON), or why it could not run.
 pub fn add(cni: &Path, state_dir: &Path, netns: &Path, p: PodRef) -> Result<IpAddr, String> {
     let name = Spec::pod_name(p);
+    let text = run(cni, "ADD", state_dir, netns, p)?;
+    let result: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    result["ips"][0]["address"]
+        .as_str()
+        .and_then(|a| a.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| format!("weft-cni ADD {name}: no address in {text}"))
+}
+
+/// Runs `weft-cni` DEL for pod `p` (its namespace `netns`), as a runtime does before it
+/// removes the namespace.
+///
+/// # Errors
+/// The plugin's error (its JSON), or why it could not run.
+pub fn del(cni: &Path, state_dir: &Path, netns: &Path, p: PodRef) -> Result<(), String> {
+    run(cni, "DEL", state_dir, netns, p).map(drop)
+}
+
+/// Runs `weft-cni` with `command` for pod `p`: what it printed, when it succeeded.
+fn run(
+    cni: &Path,
+    command: &str,
+    state_dir: &Path,
+    netns: &Path,
+    p: PodRef,
+) -> Result<String, String> {
+    let name = Spec::pod_name(p);
     let conf = serde_json::json!({
         "cniVersion": "1.1.0", "name": "weft-lab", "type": "weft-cni",
         "socket": crate::api::socket_path(state_dir),
@@ -21,7 +48,7 @@ pub fn add(cni: &Path, state_dir: &Path, netns: &Path, p: PodRef) -> Result<IpAd
     });
     let mut child = Command::new(cni)
         .env_clear()
-        .env("CNI_COMMAND", "ADD")
+        .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", &name)
         .env("CNI_IFNAME", "eth0")
         .env("CNI_PATH", cni.parent().unwrap_or(Path::new("/")))
@@ -43,12 +70,7 @@ pub fn add(cni: &Path, state_dir: &Path, netns: &Path, p: PodRef) -> Result<IpAd
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
-        return Err(format!("weft-cni ADD {name}: {text}"));
+        return Err(format!("weft-cni {command} {name}: {text}"));
     }
-    let result: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    result["ips"][0]["address"]
-        .as_str()
-        .and_then(|a| a.split('/').next())
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| format!("weft-cni ADD {name}: no address in {text}"))
+    Ok(text)
 }

@@ -91,12 +91,19 @@ fn step(what: impl Into<String>) -> impl FnOnce(String) -> LabError {
 
 /// Makes namespace `name`, recorded first and forgotten again when it cannot be made
 /// (one that exists is not the lab's).
-fn make_netns(state: &mut LabState, name: &str) -> Result<PathBuf, LabError> {
-    state.record(Made::Netns { name: name.into() })?;
+/// A namespace made again (a pod of the soak's churn) is recorded once.
+pub(super) fn make_netns(state: &mut LabState, name: &str) -> Result<PathBuf, LabError> {
+    let made = Made::Netns { name: name.into() };
+    let recorded = !state.made.contains(&made);
+    if recorded {
+        state.record(made)?;
+    }
     match netns::create(name) {
         Ok(path) => Ok(path),
         Err(e) => {
-            state.forget_last()?;
+            if recorded {
+                state.forget_last()?;
+            }
             Err(step(format!("namespace {name}"))(e.to_string()))
         }
     }

@@ -468,6 +468,13 @@ impl Collector for Snapshot {
         if let Some(e) = &r.endpoints {
             endpoints(f, e)?;
         }
+        if let Some(rt) = &r.runtime {
+            f.plain(
+                "runtime_alive_tasks",
+                "Tasks alive in the agent's async runtime: flat under churn, or a leak.",
+                &one(Value::Gauge(rt.alive_tasks as f64)),
+            )?;
+        }
         Ok(())
     }
 }
@@ -486,6 +493,7 @@ impl Collector for Snapshot {
 ///     wireguard: None,
 ///     endpoints: None,
 ///     policies: None,
+///     runtime: None,
 /// };
 /// let text = weft::metrics::encode(report, Default::default());
 /// assert!(text.ends_with("# EOF\n"));
@@ -568,6 +576,10 @@ mod tests {
             }),
             endpoints: None,
             policies: None,
+            runtime: Some(crate::api::RuntimeStatus {
+                alive_tasks: 42,
+                workers: 2,
+            }),
         }
     }
 
@@ -591,6 +603,7 @@ mod tests {
             "weft_wireguard_peers{handshake=\"no\"} 1.0",
             "weft_wireguard_oldest_handshake_age_seconds 40.0",
             "weft_wireguard_uapi_errors_total 2",
+            "weft_runtime_alive_tasks 42.0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
         }

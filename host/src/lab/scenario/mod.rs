@@ -110,7 +110,10 @@ async fn regeneration(
 
 /// Opens a stream from `client` to the web pod of every cluster2 node, and waits until
 /// each flows.
-async fn open_streams(spec: &Spec, client: PodRef) -> Result<Vec<(PodRef, Stream)>, LabError> {
+pub(in crate::lab) async fn open_streams(
+    spec: &Spec,
+    client: PodRef,
+) -> Result<Vec<(PodRef, Stream)>, LabError> {
     let client_ns = super::spec::netns_path(&spec.pod_netns(client));
     let mut streams = Vec::new();
     for n in 1..=spec.nodes {
@@ -226,7 +229,7 @@ fn logged(
 
 /// Waits (up to 60 s) until the lab is whole again after `scenario`: every cluster
 /// synced, every pod switched, every peer and route in.
-async fn lab_back(spec: &Spec, scenario: &str) -> Result<(), LabError> {
+pub(in crate::lab) async fn lab_back(spec: &Spec, scenario: &str) -> Result<(), LabError> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if super::view::ready(spec, &super::view::nodes(spec).await) {
@@ -240,7 +243,11 @@ async fn lab_back(spec: &Spec, scenario: &str) -> Result<(), LabError> {
 }
 
 /// The longest gap of any of `streams` between `from` and `to`.
-fn longest_gap(streams: &[(PodRef, Stream)], from: Instant, to: Instant) -> Duration {
+pub(in crate::lab) fn longest_gap(
+    streams: &[(PodRef, Stream)],
+    from: Instant,
+    to: Instant,
+) -> Duration {
     streams
         .iter()
         .map(|(_, s)| s.longest_gap(from, to))
