@@ -2,7 +2,8 @@
 //! cluster synced, every pod switched" and measures the connectivity matrix with real
 //! TCP (clients reach every other node's web pod, web pods are denied by the policy);
 //! `status` shows it; `down` leaves no trace — also after `up` was killed half-way —
-//! and never removes what the lab did not make. Needs root, BPF and /dev/net/tun.
+//! and never removes what the lab did not make; `soak` churns it with streams unbroken.
+//! Needs root, BPF and /dev/net/tun.
 
 mod support;
 
@@ -317,6 +318,100 @@ fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
     ] {
         assert!(svg.contains(moment), "the plot marks {moment:?}");
     }
+    assert!(down.status.success(), "{}", text(&down));
+    assert_eq!(traces(&name, dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_short_soak_takes_every_churn_step_with_streams_unbroken_and_leaves_no_trace() {
+    if !support::wireguard_available("lab-soak") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = name("ls");
+    let up = weftd(
+        &[
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--clusters",
+            "3",
+            "--nodes",
+            "1",
+        ],
+        dir.path(),
+    );
+    let (plot, csv) = (dir.path().join("soak.svg"), dir.path().join("soak.csv"));
+    let soak = up.status.success().then(|| {
+        weftd(
+            &[
+                "lab",
+                "soak",
+                "--name",
+                &name,
+                "--duration",
+                "35s",
+                "--every",
+                "2s",
+                "--sample-every",
+                "1s",
+                "--plot",
+                &plot.to_string_lossy(),
+                "--csv",
+                &csv.to_string_lossy(),
+            ],
+            dir.path(),
+        )
+    });
+    let down = weftd(&["lab", "down", "--name", &name], dir.path());
+    assert!(up.status.success(), "{}", text(&up));
+    let soak = soak.unwrap();
+    let s = text(&soak);
+    assert!(soak.status.success(), "{s}");
+    assert!(s.contains("soak: PASS"), "{s}");
+    assert!(s.contains("streams: 0 errors"), "{s}");
+    assert!(s.contains("flatness not judged (under 10 min)"), "{s}");
+    assert!(s.contains("lab whole again"), "{s}");
+    // Every step of the cycle, and what undoes it, ran at least once.
+    for step in [
+        "pod c1n1p3 added",
+        "pod c1n1p3 deleted",
+        "cluster2's etcd frozen",
+        "cluster3 removed from every other cluster's mesh",
+        "cluster3 put back into every other cluster's mesh",
+        "the agent of c3n1 stopped",
+        "the agent of c3n1 started",
+        "regeneration-policy 0.3.",
+    ] {
+        assert!(s.contains(step), "{step:?} in\n{s}");
+    }
+    // Every agent sampled, with its runtime's tasks; c3n1 under two pids (restarted).
+    let samples = std::fs::read_to_string(&csv).unwrap();
+    for node in ["c1n1", "c2n1", "c3n1"] {
+        let rows: Vec<&str> = samples
+            .lines()
+            .filter(|l| l.split(',').nth(1) == Some(node))
+            .collect();
+        assert!(rows.len() >= 10, "{node}: {rows:?}");
+        assert!(
+            rows.iter()
+                .all(|r| r.split(',').nth(3).unwrap().parse::<u64>().unwrap() > 0),
+            "{rows:?}"
+        );
+        assert!(rows.iter().any(|r| !r.ends_with(',')), "tasks of {node}");
+    }
+    let pids: std::collections::BTreeSet<&str> = samples
+        .lines()
+        .filter(|l| l.split(',').nth(1) == Some("c3n1"))
+        .filter_map(|l| l.split(',').nth(2))
+        .collect();
+    assert!(pids.len() >= 2, "c3n1 restarted: {pids:?}");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(
+        svg.contains("resident memory (MiB)"),
+        "the plot's memory panel"
+    );
     assert!(down.status.success(), "{}", text(&down));
     assert_eq!(traces(&name, dir.path()), Vec::<String>::new());
 }
