@@ -12,7 +12,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{ip_json, node_json, Etcd};
 
-const CLUSTERS: u32 = 10;
+/// Remote clusters; `WEFT_SCALE_CLUSTERS` takes fewer for a profile.
+fn clusters() -> u32 {
+    std::env::var("WEFT_SCALE_CLUSTERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+}
 const ENTRIES: u32 = 50_000;
 const IDENTITIES: u32 = 1_000;
 const NODES: u32 = 500;
@@ -89,7 +95,18 @@ async fn raw_read_one(etcd: &Etcd, id: u32) -> usize {
 async fn agent_sync(etcds: &[(u32, Etcd)]) -> (Duration, u64) {
     let state = tempfile::tempdir().unwrap();
     let mesh = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weftd"))
+    // `WEFT_AGENT_WRAPPER` runs the agent under a profiler (`heaptrack`, say).
+    let wrapper = std::env::var("WEFT_AGENT_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut cmd = match words.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(words).arg(env!("CARGO_BIN_EXE_weftd"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_weftd")),
+    };
+    let mut child = cmd
         .args(["run", "--cluster-name", "local", "--cluster-id", "1"])
         .args(["--health-addr", "127.0.0.1:0"])
         .args(["--kvstore-qps", "0", "--kvstore-max-in-flight", "0"])
@@ -145,14 +162,15 @@ async fn main() {
         return; // `cargo test --benches` asks for the list of tests; there are none.
     }
     let mut etcds = Vec::new();
-    for id in 2..2 + CLUSTERS {
+    let clusters = clusters();
+    for id in 2..2 + clusters {
         etcds.push((id, Etcd::start().await));
     }
     let t = Instant::now();
     let loaded = futures::future::join_all(etcds.iter().map(|(id, e)| load(e, *id))).await;
     let keys: usize = loaded.iter().sum();
     println!(
-        "loaded {keys} keys into {CLUSTERS} etcds in {:.1?}",
+        "loaded {keys} keys into {clusters} etcds in {:.1?}",
         t.elapsed()
     );
 

@@ -49,7 +49,7 @@ async fn etcd_view(etcd: &Etcd) -> BTreeMap<String, Value> {
     for kv in all.kvs() {
         let key = kv.key_str().unwrap().to_owned();
         let value = if key.starts_with("cilium/state/nodes/v1/") {
-            Value::Node(decode_json::<Node>(&key, kv.value()).unwrap())
+            Value::Node(Box::new(decode_json::<Node>(&key, kv.value()).unwrap()))
         } else if key.starts_with("cilium/state/ip/v1/") {
             Value::IpIdentity(decode_json::<IpIdentityPair>(&key, kv.value()).unwrap())
         } else if let Some(id) = key.strip_prefix("cilium/state/identities/v1/id/") {

@@ -9,7 +9,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::path::Path;
-use weft::clustermesh::{ClusterEvent, Observer, Value};
+use weft::clustermesh::{ClusterEvent, Kept, Observer, Value};
 use weft::ipcache::{Prefix, Source};
 use weft::model::{decode_json, ClusterConfig, ClusterService, Identity, IpIdentityPair, Node};
 use weft::node::NodeId;
@@ -273,7 +273,7 @@ fn the_state_keeps_the_claim_rules_under_arbitrary_remote_events() {
                         (
                             c.clone(),
                             format!("n/{name}"),
-                            Some(Value::Node(node_value(&c, name, ip, cidr))),
+                            Some(Value::Node(Box::new(node_value(&c, name, ip, cidr)))),
                         )
                     }
                     Remote::Entry {
@@ -303,7 +303,7 @@ fn the_state_keeps_the_claim_rules_under_arbitrary_remote_events() {
                             cluster_id: cluster[1..].parse().ok(),
                             key: &key,
                             value: &v,
-                            old: old.as_ref(),
+                            old: old.as_ref().map(Kept::of).as_ref(),
                         });
                         stored.insert(slot, v);
                     }
@@ -312,7 +312,7 @@ fn the_state_keeps_the_claim_rules_under_arbitrary_remote_events() {
                             state.on_event(ClusterEvent::Delete {
                                 cluster: &cluster,
                                 key: &key,
-                                old: &old,
+                                old: &Kept::of(&old),
                             });
                         }
                     }

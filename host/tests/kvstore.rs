@@ -1,4 +1,5 @@
-//! `kvstore::list_watch` against real etcd: paging, resume, compaction, restarts.
+//! `kvstore::list_watch` (and `list_watch_raw`) against real etcd: paging, resume,
+//! compaction, restarts.
 
 mod support;
 
@@ -7,7 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 use support::{within, Etcd, Proxy};
 use tokio_stream::wrappers::ReceiverStream;
-use weft::kvstore::{self, list_watch, Client, Endpoints, Event};
+use weft::kvstore::{self, list_watch, list_watch_raw, Client, Endpoints, Event};
 
 const PREFIX: &str = "cilium/state/ip/v1/default/";
 const LIMIT: Duration = Duration::from_secs(60);
@@ -23,6 +24,13 @@ struct Mirror {
     errors: Vec<String>,
     deletes: usize,
     too_large: Vec<String>,
+    /// Lists announced (`list_watch_raw` only).
+    listings: usize,
+    /// For `list_watch_raw`: the keys the list in progress delivered; the mirror drains
+    /// the rest itself at its end.
+    listed: Option<HashSet<String>>,
+    /// Keys the mirror drained so.
+    drained: usize,
 }
 
 impl Mirror {
@@ -36,17 +44,33 @@ impl Mirror {
                 if !self.seen.insert((key.clone(), revision)) {
                     self.duplicates += 1;
                 }
+                if let Some(listed) = &mut self.listed {
+                    listed.insert(key.clone());
+                }
                 self.state.insert(key, value);
             }
             Ok(Event::Delete { key }) => {
-                assert!(self.state.remove(&key).is_some(), "delete of unknown {key}");
-                self.deletes += 1;
+                // The raw stream reports deletes of keys it never delivered, too.
+                let known = self.state.remove(&key).is_some();
+                assert!(known || self.listings > 0, "delete of unknown {key}");
+                self.deletes += usize::from(known);
             }
             Ok(Event::TooLarge { key }) => {
                 self.state.remove(&key);
                 self.too_large.push(key);
             }
-            Ok(Event::InitDone { .. }) => self.init_done += 1,
+            Ok(Event::Listing) => {
+                self.listings += 1;
+                self.listed = Some(HashSet::new());
+            }
+            Ok(Event::InitDone { .. }) => {
+                self.init_done += 1;
+                if let Some(listed) = self.listed.take() {
+                    let before = self.state.len();
+                    self.state.retain(|k, _| listed.contains(k));
+                    self.drained += before - self.state.len();
+                }
+            }
             Ok(Event::Watching { .. }) => self.watching += 1,
             Err(e) => self.errors.push(e.to_string()),
         }
@@ -226,6 +250,47 @@ async fn compaction_during_a_disconnect_lists_again_and_drains_stale_keys() {
         m.errors
     );
     assert_eq!(m.duplicates, 0, "unchanged keys are not delivered again");
+    assert_eq!(
+        m.listings, 0,
+        "list_watch announces no list: it drains itself"
+    );
+}
+
+/// The raw stream keeps no record of the keys: each list is announced and delivers
+/// every key again, and what vanished is left for the consumer to drain.
+#[tokio::test]
+async fn raw_lists_are_announced_and_leave_the_stale_drain_to_the_consumer() {
+    let etcd = Etcd::start().await;
+    seed(&etcd, 0..50).await;
+    let proxy = Proxy::start(etcd.client_port).await;
+    let mut s = list_watch_raw(client(proxy.url(), fast_config(16)).await, PREFIX.into());
+    let mut m = Mirror::default();
+    m.until(&mut s, "initial list and watch", |m| {
+        m.init_done == 1 && m.watching == 1
+    })
+    .await;
+    assert_eq!(m.listings, 1);
+
+    proxy.cut();
+    for i in 0..10 {
+        etcd.delete(&format!("{PREFIX}k{i:05}")).await;
+    }
+    seed(&etcd, 50..60).await;
+    etcd.compact().await;
+    proxy.restore();
+
+    let want = contents(&etcd).await;
+    m.until(&mut s, "re-list after compaction", |m| {
+        m.init_done == 2 && m.state == want
+    })
+    .await;
+    assert_eq!(m.listings, 2, "the re-list was announced");
+    assert_eq!(m.deletes, 0, "the stream drained nothing itself");
+    assert_eq!(m.drained, 10, "the consumer drained the keys that vanished");
+    assert_eq!(
+        m.duplicates, 40,
+        "the 40 unchanged keys were delivered again, at the same revision"
+    );
 }
 
 /// A page or watch response over the decode limit used to fail and be retried at the

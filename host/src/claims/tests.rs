@@ -1,7 +1,7 @@
 //! The claim rules through the state stage, as the mesh drives it: each rule alone,
 //! then every order of one mix of honest and hostile claims.
 
-use crate::clustermesh::{ClusterEvent, Observer, Value};
+use crate::clustermesh::{ClusterEvent, Kept, Observer, Value};
 use crate::ipcache::{Entry, Prefix, Source};
 use crate::model::{IpIdentityPair, Node};
 use crate::node::{NodeId, NodeListener};
@@ -61,7 +61,7 @@ fn put(state: &State, cluster: &str, key: &str, value: Value, old: Option<&Value
         cluster_id: id_of(cluster),
         key,
         value: &value,
-        old,
+        old: old.map(Kept::of).as_ref(),
     });
 }
 
@@ -69,7 +69,7 @@ fn delete(state: &State, cluster: &str, key: &str, old: Value) {
     state.on_event(ClusterEvent::Delete {
         cluster,
         key,
-        old: &old,
+        old: &Kept::of(&old),
     });
 }
 
@@ -151,7 +151,7 @@ fn a_remote_node_cannot_take_a_local_nodes_address() {
         &s,
         "c3",
         "n/evil",
-        Value::Node(node("c3", "evil", "172.18.0.2", None)),
+        Value::Node(Box::new(node("c3", "evil", "172.18.0.2", None))),
         None,
     );
     let e = lookup(&s, "172.18.0.2").unwrap();
@@ -171,7 +171,12 @@ fn a_remote_node_cannot_take_a_local_nodes_address() {
         &s,
         "c3",
         "n/evil2",
-        Value::Node(node("c3", "evil2", "172.18.0.66", Some("10.1.0.0"))),
+        Value::Node(Box::new(node(
+            "c3",
+            "evil2",
+            "172.18.0.66",
+            Some("10.1.0.0"),
+        ))),
         None,
     );
     assert_eq!(lookup(&s, "172.18.0.66"), None);
@@ -184,7 +189,13 @@ fn our_node_evicts_a_remote_node_that_held_its_address_first() {
     let seen = Arc::new(Seen::default());
     s.nodes.subscribe(seen.clone());
     let evil = node("c3", "evil", "172.18.0.5", None);
-    put(&s, "c3", "n/evil", Value::Node(evil.clone()), None);
+    put(
+        &s,
+        "c3",
+        "n/evil",
+        Value::Node(Box::new(evil.clone())),
+        None,
+    );
     assert_eq!(
         lookup(&s, "172.18.0.5").unwrap().identity,
         6,
@@ -198,7 +209,7 @@ fn our_node_evicts_a_remote_node_that_held_its_address_first() {
     s.nodes.delete("c1", "n5");
     assert_eq!(seen.0.lock().unwrap().last().unwrap(), "+c3/evil");
     assert_eq!(refused(&s, "c3"), (1, 0));
-    delete(&s, "c3", "n/evil", Value::Node(evil));
+    delete(&s, "c3", "n/evil", Value::Node(Box::new(evil)));
     assert_eq!(lookup(&s, "172.18.0.5"), None);
 }
 
@@ -206,11 +217,17 @@ fn our_node_evicts_a_remote_node_that_held_its_address_first() {
 fn between_remote_clusters_the_holder_keeps_its_space() {
     let s = state();
     let honest = node("c2", "n1", "172.18.0.4", Some("10.2.1.0"));
-    put(&s, "c2", "n/n1", Value::Node(honest.clone()), None);
+    put(
+        &s,
+        "c2",
+        "n/n1",
+        Value::Node(Box::new(honest.clone())),
+        None,
+    );
     let mut wide = node("c3", "wide", "172.18.0.9", None);
     wide.ipv4_alloc_cidr = node("c3", "x", "1.1.1.1", Some("10.2.1.0")).ipv4_alloc_cidr;
     wide.ipv4_alloc_cidr.as_mut().unwrap().mask = vec![255, 255, 0, 0];
-    put(&s, "c3", "n/wide", Value::Node(wide), None);
+    put(&s, "c3", "n/wide", Value::Node(Box::new(wide)), None);
     assert_eq!(
         lookup(&s, "172.18.0.9"),
         None,
@@ -221,7 +238,7 @@ fn between_remote_clusters_the_holder_keeps_its_space() {
         last.contains("10.2.0.0/16") && last.contains("c2/n1"),
         "{last}"
     );
-    delete(&s, "c2", "n/n1", Value::Node(honest));
+    delete(&s, "c2", "n/n1", Value::Node(Box::new(honest)));
     assert_eq!(
         lookup(&s, "172.18.0.9").unwrap().identity,
         6,
@@ -256,7 +273,7 @@ fn an_entry_inside_another_clusters_node_space_is_refused_whichever_came_first()
         &s,
         "c2",
         "n/n1",
-        Value::Node(node("c2", "n1", "172.18.0.4", Some("10.2.1.0"))),
+        Value::Node(Box::new(node("c2", "n1", "172.18.0.4", Some("10.2.1.0")))),
         None,
     );
     let e = lookup(&s, "10.2.1.5").unwrap();
@@ -390,7 +407,7 @@ fn run(steps: &[Step]) -> (Vec<(Prefix, Entry)>, Vec<String>) {
                     &s,
                     c,
                     &format!("n/{name}"),
-                    Value::Node(node(c, name, ip, *cidr)),
+                    Value::Node(Box::new(node(c, name, ip, *cidr))),
                     None,
                 );
             }

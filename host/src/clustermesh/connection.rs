@@ -110,11 +110,11 @@ async fn watch(cluster: &RemoteCluster, conn: Connected) -> String {
     let prefixes = Resource::ALL.map(|r| conn.layout.prefix(r, name));
     let mut streams = StreamMap::new();
     let start = |streams: &mut StreamMap<_, _>, r: Resource| {
-        cluster.begin_resync(r);
+        // The cluster's store keeps the keys and drains what a list does not repeat.
         let prefix = prefixes[r.index()].clone();
         streams.insert(
             StreamKey::Resource(r),
-            list_watch(conn.client.clone(), prefix),
+            kvstore::list_watch_raw(conn.client.clone(), prefix),
         );
     };
     streams.insert(

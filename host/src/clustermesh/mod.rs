@@ -1,8 +1,9 @@
 //! The cluster mesh: one `RemoteCluster` (`remote_cluster.rs`) per file in the config
 //! directory, each read from its etcd, each with four sync barriers.
 //!
-//! Data flows one way: etcd → [`crate::kvstore::list_watch`] → decode → the cluster's
-//! stores → the [`Observer`] (the state stage). Barriers are released from the same
+//! Data flows one way: etcd → [`crate::kvstore::list_watch_raw`] → decode → the
+//! cluster's stores (the one record of its keys; each list drains what it did not
+//! deliver again) → the [`Observer`] (the state stage). Barriers are released from the same
 //! task that applies the events, after the last event of the initial list, so an
 //! observer has seen the whole list when anyone learns it is synced.
 
@@ -23,7 +24,7 @@ pub use config_dir::{watch_dir, DirEvent};
 pub use config_file::{parse_config_file, ConfigError};
 pub use layout::{cluster_config_key, Layout, HAS_CLUSTER_CONFIG_KEY};
 pub use mesh::ClusterMesh;
-pub use resource::Value;
+pub use resource::{Kept, Value};
 pub use status::{ClusterStatus, Counts, Synced, SyncedAfter};
 pub use wait::{PendingCluster, SyncReport, SyncTimeout};
 
@@ -77,8 +78,8 @@ pub enum ClusterEvent<'a> {
         key: &'a str,
         /// The new value.
         value: &'a Value,
-        /// The value it replaced, `None` for a new key.
-        old: Option<&'a Value>,
+        /// What was kept of the value it replaced, `None` for a new key.
+        old: Option<&'a Kept>,
     },
     /// A value was deleted, vanished during a disconnect, or its cluster was removed.
     Delete {
@@ -86,8 +87,8 @@ pub enum ClusterEvent<'a> {
         cluster: &'a str,
         /// The etcd key.
         key: &'a str,
-        /// The value it had.
-        old: &'a Value,
+        /// What was kept of the value it had.
+        old: &'a Kept,
     },
 }
 

@@ -2,7 +2,7 @@
 //! connection task and the mesh.
 
 use super::barrier::SyncBarrier;
-use super::resource::{decode, Owner, Store, Stored, Value};
+use super::resource::{decode, Kept, Owner, Store, Stored};
 use super::status::{ClusterStatus, Counts, Synced, SyncedAfter};
 use super::{BarrierState, ClusterEvent, ClusterInfo, Observer, Resource, SyncCallbacks};
 use crate::kvstore::{self, Event};
@@ -157,11 +157,6 @@ impl RemoteCluster {
         }
     }
 
-    /// A new connection starts listing `r`: what it does not list again is drained.
-    pub fn begin_resync(&self, r: Resource) {
-        self.lock().stores[r.index()].begin_resync();
-    }
-
     pub fn stream_error(&self, key: StreamKey, error: &kvstore::Error) {
         tracing::warn!(cluster = %self.name, ?key, error = %error_chain(error), "remote cluster stream error");
         let mut inner = self.lock();
@@ -179,10 +174,18 @@ impl RemoteCluster {
     pub fn apply(&self, r: Resource, prefix: &str, event: Event) {
         let cluster = &*self.name;
         match event {
-            Event::Upsert { key, value, .. } => {
+            Event::Listing => self.lock().stores[r.index()].begin_listing(),
+            Event::Upsert {
+                key,
+                value,
+                revision,
+            } => {
                 let mut inner = self.lock();
                 inner.failing.remove(&StreamKey::Resource(r));
                 inner.healed();
+                if inner.stores[r.index()].unchanged_at(&key, revision) {
+                    return;
+                }
                 let held: usize = inner.stores.iter().map(Store::len).sum();
                 if held >= self.max_keys && !inner.stores[r.index()].contains(&key) {
                     let error = format!(
@@ -197,8 +200,7 @@ impl RemoteCluster {
                 };
                 match decode(r, owner, prefix, &key, &value) {
                     Ok(v) => {
-                        let v = Arc::new(v);
-                        let stored = inner.stores[r.index()].upsert(&key, v.clone());
+                        let stored = inner.stores[r.index()].upsert(&key, revision, Kept::of(&v));
                         let cluster_id = inner.id;
                         drop(inner);
                         if let Stored::Changed { old } = stored {
@@ -207,7 +209,7 @@ impl RemoteCluster {
                                 cluster_id,
                                 key: &key,
                                 value: &v,
-                                old: old.as_deref(),
+                                old: old.as_ref(),
                             });
                         }
                     }
@@ -230,7 +232,7 @@ impl RemoteCluster {
             }
             Event::Watching { .. } => self.stream_ok(StreamKey::Resource(r)),
             Event::InitDone { .. } => {
-                let stale = self.lock().stores[r.index()].finish_resync();
+                let stale = self.lock().stores[r.index()].finish_listing();
                 self.emit_deletes(&stale);
                 if self.barriers[r.index()].release() {
                     let after = u64::try_from(self.added.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -251,9 +253,7 @@ impl RemoteCluster {
         }
         inner.malformed = inner.malformed.saturating_add(1);
         inner.last_error = Some(error);
-        let store = &mut inner.stores[r.index()];
-        store.seen(key);
-        let old = store.remove(key);
+        let old = inner.stores[r.index()].remove(key);
         drop(inner);
         if let Some(old) = old {
             self.observer.on_event(ClusterEvent::Delete {
@@ -264,7 +264,7 @@ impl RemoteCluster {
         }
     }
 
-    fn emit_deletes(&self, gone: &[(String, Arc<Value>)]) {
+    fn emit_deletes(&self, gone: &[(String, Kept)]) {
         for (key, old) in gone {
             self.observer.on_event(ClusterEvent::Delete {
                 cluster: &self.name,

@@ -1,25 +1,88 @@
 //! Decoding a remote cluster's values, and the per-resource store of what it holds.
 
 use super::Resource;
+use crate::ipcache::Prefix;
 use crate::model::{decode_json, ClusterService, DecodeError, Identity, IpIdentityPair, Node};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 /// A decoded value from a remote cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
-// Values are stored behind an `Arc`, one allocation each: boxing the large variant
-// would add a second.
-#[allow(clippy::large_enum_variant)]
 pub enum Value {
-    /// A node record.
-    Node(Node),
+    /// A node record, boxed: it is more than twice the size of an ipcache entry, and
+    /// every value of a cluster (ipcache entries by the hundred thousand) would be as
+    /// large as the largest variant.
+    Node(Box<Node>),
     /// An IP → identity entry.
     IpIdentity(IpIdentityPair),
     /// An identity.
     Identity(Identity),
     /// A global service.
     Service(ClusterService),
+}
+
+/// What a remote cluster's store keeps of a value: all of it for nodes, identities and
+/// services (a few thousand), and for an ipcache entry (hundreds of thousands) only
+/// what withdrawing it needs — its prefix — and a digest that tells a changed value
+/// from a rewritten one. The state stage keeps the entry itself, as a fact.
+///
+/// # Example
+/// ```
+/// use weft::clustermesh::{Kept, Value};
+/// let pair: weft::model::IpIdentityPair =
+///     serde_json::from_str(r#"{"IP":"10.2.0.7","ID":131077}"#).unwrap();
+/// let kept = Kept::of(&Value::IpIdentity(pair));
+/// assert_eq!(kept.ip_prefix(), Some("10.2.0.7/32".parse().unwrap()));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// The whole value.
+    Value(Arc<Value>),
+    /// An ipcache entry: its prefix, and a digest of the decoded value.
+    IpCache {
+        /// The entry's prefix.
+        prefix: Prefix,
+        /// A hash of the decoded entry.
+        digest: u64,
+    },
+}
+
+impl Kept {
+    /// What a store keeps of `value`.
+    pub fn of(value: &Value) -> Kept {
+        if let Value::IpIdentity(pair) = value {
+            if let Some(prefix) = pair.prefix_len().and_then(|len| Prefix::new(pair.ip, len)) {
+                use std::hash::{BuildHasher, BuildHasherDefault};
+                let hasher =
+                    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+                return Kept::IpCache {
+                    prefix,
+                    digest: hasher.hash_one(pair),
+                };
+            }
+        }
+        Kept::Value(Arc::new(value.clone()))
+    }
+
+    /// The ipcache prefix it stated, when it is an ipcache entry.
+    pub fn ip_prefix(&self) -> Option<Prefix> {
+        match self {
+            Kept::IpCache { prefix, .. } => Some(*prefix),
+            Kept::Value(v) => match &**v {
+                Value::IpIdentity(pair) => Prefix::new(pair.ip, pair.prefix_len()?),
+                _ => None,
+            },
+        }
+    }
+
+    /// The whole value, when it is kept.
+    pub fn value(&self) -> Option<&Value> {
+        match self {
+            Kept::Value(v) => Some(v),
+            Kept::IpCache { .. } => None,
+        }
+    }
 }
 
 /// Who a value must belong to.
@@ -42,7 +105,7 @@ pub(crate) fn decode(
         Resource::Nodes => {
             let node: Node = decode_json(key, value)?;
             check_owner(key, "node", &node.cluster, node.cluster_id, owner)?;
-            Ok(Value::Node(node))
+            Ok(Value::Node(Box::new(node)))
         }
         Resource::IpCache => {
             let pair: IpIdentityPair = decode_json(key, value)?;
@@ -97,20 +160,32 @@ fn check_owner(
 pub(crate) enum Stored {
     /// The key already had this value.
     Unchanged,
-    /// The key has a new value; `old` is the one it replaced.
+    /// The key has a new value; `old` is what was kept of the one it replaced.
     Changed {
-        /// The previous value, `None` for a new key.
-        old: Option<Arc<Value>>,
+        /// What was kept of the previous value, `None` for a new key.
+        old: Option<Kept>,
     },
 }
 
-/// The values of one resource of one remote cluster, by key.
+/// One key's value, the mod revision it was read at, and the list generation that
+/// last delivered it.
+#[derive(Debug)]
+struct Held {
+    kept: Kept,
+    revision: i64,
+    generation: u32,
+}
+
+/// The values of one resource of one remote cluster, by key: the one record of the
+/// keys (the stream is [`crate::kvstore::list_watch_raw`], which keeps none). Each list
+/// is a new generation; what a complete list did not deliver again is drained.
 #[derive(Debug, Default)]
 pub(crate) struct Store {
-    entries: HashMap<String, Arc<Value>>,
-    /// Keys seen since a new connection started listing; `Some` until its first
-    /// complete list, when keys not seen again are drained.
-    resync: Option<HashSet<String>>,
+    entries: HashMap<String, Held>,
+    /// The generation of the list in progress, or of the last one.
+    generation: u32,
+    /// A list is in progress: [`Store::finish_listing`] drains what it did not deliver.
+    listing: bool,
 }
 
 impl Store {
@@ -118,30 +193,50 @@ impl Store {
         self.entries.len()
     }
 
-    /// A new connection starts listing this resource.
-    pub fn begin_resync(&mut self) {
-        self.resync = Some(HashSet::new());
+    /// A list starts (a new connection, or a re-list after compaction).
+    pub fn begin_listing(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        self.listing = true;
     }
 
-    /// Stores `value`; returns what changed (nothing to tell observers when the
-    /// value is the same).
-    pub fn upsert(&mut self, key: &str, value: Arc<Value>) -> Stored {
-        if let Some(seen) = &mut self.resync {
-            seen.insert(key.to_owned());
-        }
-        match self.entries.get(key) {
-            Some(old) if *old == value => Stored::Unchanged,
-            _ => Stored::Changed {
-                old: self.entries.insert(key.to_owned(), value),
-            },
+    /// Whether `key` holds the value read at `revision` already (a re-list delivering
+    /// it again): it is kept, and need not be decoded again.
+    pub fn unchanged_at(&mut self, key: &str, revision: i64) -> bool {
+        match self.entries.get_mut(key) {
+            Some(held) if held.revision == revision => {
+                held.generation = self.generation;
+                true
+            }
+            _ => false,
         }
     }
 
-    /// Marks `key` as present though its value was not accepted (malformed), so a
-    /// resync does not count it as vanished twice.
-    pub fn seen(&mut self, key: &str) {
-        if let Some(seen) = &mut self.resync {
-            seen.insert(key.to_owned());
+    /// Stores `value`, read at `revision`; returns what changed (nothing to tell
+    /// observers when the value is the same).
+    pub fn upsert(&mut self, key: &str, revision: i64, kept: Kept) -> Stored {
+        let generation = self.generation;
+        match self.entries.get_mut(key) {
+            Some(held) if held.kept == kept => {
+                (held.revision, held.generation) = (revision, generation);
+                Stored::Unchanged
+            }
+            Some(held) => {
+                (held.revision, held.generation) = (revision, generation);
+                Stored::Changed {
+                    old: Some(std::mem::replace(&mut held.kept, kept)),
+                }
+            }
+            None => {
+                self.entries.insert(
+                    key.to_owned(),
+                    Held {
+                        kept,
+                        revision,
+                        generation,
+                    },
+                );
+                Stored::Changed { old: None }
+            }
         }
     }
 
@@ -149,31 +244,34 @@ impl Store {
         self.entries.contains_key(key)
     }
 
-    pub fn remove(&mut self, key: &str) -> Option<Arc<Value>> {
-        self.entries.remove(key)
+    pub fn remove(&mut self, key: &str) -> Option<Kept> {
+        self.entries.remove(key).map(|held| held.kept)
     }
 
-    /// The initial list of a new connection is in: removes what it did not contain.
-    pub fn finish_resync(&mut self) -> Vec<(String, Arc<Value>)> {
-        let Some(seen) = self.resync.take() else {
+    /// A complete list is in: removes what it did not deliver.
+    pub fn finish_listing(&mut self) -> Vec<(String, Kept)> {
+        if !std::mem::take(&mut self.listing) {
             return Vec::new();
-        };
-        let stale: Vec<String> = self
-            .entries
-            .keys()
-            .filter(|k| !seen.contains(*k))
-            .cloned()
-            .collect();
+        }
+        let generation = self.generation;
+        let mut stale = Vec::new();
+        self.entries.retain(|key, held| {
+            let keep = held.generation == generation;
+            if !keep {
+                stale.push((key.clone(), held.kept.clone()));
+            }
+            keep
+        });
         stale
-            .into_iter()
-            .filter_map(|k| self.entries.remove(&k).map(|v| (k, v)))
-            .collect()
     }
 
     /// Removes everything (the cluster was removed).
-    pub fn drain(&mut self) -> Vec<(String, Arc<Value>)> {
-        self.resync = None;
-        self.entries.drain().collect()
+    pub fn drain(&mut self) -> Vec<(String, Kept)> {
+        self.listing = false;
+        self.entries
+            .drain()
+            .map(|(k, held)| (k, held.kept))
+            .collect()
     }
 }
 
@@ -205,28 +303,80 @@ mod tests {
     }
 
     #[test]
-    fn resync_drains_what_was_not_seen_again() {
+    fn a_complete_list_drains_what_it_did_not_deliver_again() {
         let mut s = Store::default();
         let v = |id| {
-            Arc::new(Value::Identity(Identity {
+            Kept::of(&Value::Identity(Identity {
                 id,
                 labels: Default::default(),
             }))
         };
-        assert!(matches!(s.upsert("a", v(1)), Stored::Changed { old: None }));
-        assert!(matches!(s.upsert("b", v(2)), Stored::Changed { old: None }));
+        s.begin_listing();
+        assert!(matches!(
+            s.upsert("a", 1, v(1)),
+            Stored::Changed { old: None }
+        ));
+        assert!(matches!(
+            s.upsert("b", 2, v(2)),
+            Stored::Changed { old: None }
+        ));
         assert!(
-            matches!(s.upsert("b", v(3)), Stored::Changed { old: Some(old) } if *old == *v(2)),
+            s.finish_listing().is_empty(),
+            "the first list drains nothing"
+        );
+        assert!(
+            matches!(s.upsert("b", 3, v(3)), Stored::Changed { old: Some(old) } if old == v(2)),
             "a change carries the value it replaced"
         );
-        s.begin_resync();
+        s.begin_listing();
         assert!(
-            matches!(s.upsert("a", v(1)), Stored::Unchanged),
-            "unchanged values are not news"
+            s.unchanged_at("a", 1),
+            "the same revision is kept undecoded"
         );
-        let drained = s.finish_resync();
+        assert!(!s.unchanged_at("b", 2), "a newer revision is held");
+        assert!(
+            matches!(s.upsert("c", 5, v(1)), Stored::Changed { old: None }),
+            "a new key"
+        );
+        let drained = s.finish_listing();
         assert_eq!(drained.len(), 1);
         assert_eq!(drained[0].0, "b");
-        assert_eq!(s.len(), 1);
+        assert_eq!(s.len(), 2);
+        assert!(
+            s.finish_listing().is_empty(),
+            "no list in progress: no drain"
+        );
+    }
+
+    #[test]
+    fn an_ipcache_entry_is_kept_as_its_prefix_and_a_digest() {
+        let pair = |json: &str| Value::IpIdentity(serde_json::from_str(json).unwrap());
+        let a = Kept::of(&pair(r#"{"IP":"10.0.0.0","Mask":"//8AAA==","ID":5}"#));
+        assert_eq!(a.ip_prefix(), Some("10.0.0.0/16".parse().unwrap()));
+        assert!(a.value().is_none(), "the entry itself is the state stage's");
+        let rewritten = Kept::of(&pair(r#"{"ID":5,"Mask":"//8AAA==","IP":"10.0.0.0"}"#));
+        assert_eq!(a, rewritten, "the same entry, written again");
+        let changed = Kept::of(&pair(r#"{"IP":"10.0.0.0","Mask":"//8AAA==","ID":6}"#));
+        assert_ne!(a, changed, "another identity");
+    }
+
+    #[test]
+    fn a_list_started_over_drains_only_at_its_own_end() {
+        let mut s = Store::default();
+        s.begin_listing();
+        let v = Kept::of(&Value::Identity(Identity {
+            id: 1,
+            labels: Default::default(),
+        }));
+        s.upsert("a", 1, v.clone());
+        s.upsert("b", 1, v.clone());
+        s.finish_listing();
+        // A list broken half-way, then started again: "a" is delivered by the second.
+        s.begin_listing();
+        assert!(s.unchanged_at("b", 1));
+        s.begin_listing();
+        assert!(s.unchanged_at("a", 1));
+        let drained: Vec<String> = s.finish_listing().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(drained, ["b"]);
     }
 }

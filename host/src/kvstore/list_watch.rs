@@ -34,9 +34,13 @@ pub enum Event {
         /// The full key.
         key: String,
     },
+    /// A list starts ([`list_watch_raw`] only): until the next [`Event::InitDone`],
+    /// every key that exists is upserted, and what is not upserted is gone. Sent
+    /// again when a list is started over.
+    Listing,
     /// A complete list is in: every key that existed at the list's revision was
-    /// delivered and every key that no longer existed was deleted. Sent after the
-    /// first list and again after each re-list (after compaction).
+    /// delivered and (by [`list_watch`]) every key that no longer existed was deleted.
+    /// Sent after the first list and again after each re-list (after compaction).
     InitDone {
         /// The revision the list was read at.
         revision: i64,
@@ -62,11 +66,39 @@ pub enum Event {
 /// # }
 /// ```
 pub fn list_watch(client: Client, prefix: String) -> ReceiverStream<Result<Event, Error>> {
+    spawn(client, prefix, true)
+}
+
+/// [`list_watch`] without its record of the keys: each list is announced
+/// ([`Event::Listing`]) and delivers every key, unchanged or not, and every deleted key
+/// is reported. The consumer keeps the keys and drains, at [`Event::InitDone`], what a
+/// list did not deliver — a consumer that stores the values anyway (a remote cluster's
+/// store) then holds each key once rather than twice.
+///
+/// # Example
+/// ```no_run
+/// # async fn f(client: weft::kvstore::Client) {
+/// use futures::StreamExt;
+/// use weft::kvstore::Event;
+/// let mut events = weft::kvstore::list_watch_raw(client, "cilium/state/ip/v1/".into());
+/// while let Some(Ok(event)) = events.next().await {
+///     if let Event::Listing = event {
+///         // Start a new generation: what the list does not upsert again is gone.
+///     }
+/// }
+/// # }
+/// ```
+pub fn list_watch_raw(client: Client, prefix: String) -> ReceiverStream<Result<Event, Error>> {
+    spawn(client, prefix, false)
+}
+
+fn spawn(client: Client, prefix: String, track: bool) -> ReceiverStream<Result<Event, Error>> {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
         let driver = Driver {
             client,
             prefix,
+            track,
             known: HashMap::new(),
             tx,
         };
@@ -85,7 +117,10 @@ struct Closed;
 struct Driver {
     client: Client,
     prefix: String,
-    /// Every key currently known to the consumer, with its mod revision.
+    /// Whether `known` is kept: re-lists deliver only changes and drain what vanished.
+    track: bool,
+    /// Every key currently known to the consumer, with its mod revision (kept only when
+    /// tracking).
     known: HashMap<String, i64>,
     tx: mpsc::Sender<Result<Event, Error>>,
 }
@@ -169,6 +204,9 @@ impl Driver {
         let mut limit = config.page_size;
         let mut revision = 0;
         let mut seen = HashSet::with_capacity(self.known.len());
+        if !self.track {
+            self.send(Ok(Event::Listing)).await?;
+        }
         let mut next: Option<PageTask> = None;
         loop {
             let page = match next.take() {
@@ -239,16 +277,20 @@ impl Driver {
                         continue;
                     }
                 };
-                seen.insert(key.clone());
-                if self.known.get(&key) != Some(&kv.mod_revision()) {
+                if self.track {
+                    if self.known.get(&key) == Some(&kv.mod_revision()) {
+                        seen.insert(key);
+                        continue;
+                    }
+                    seen.insert(key.clone());
                     self.known.insert(key.clone(), kv.mod_revision());
-                    let event = Event::Upsert {
-                        key,
-                        value: kv.value().to_vec(),
-                        revision: kv.mod_revision(),
-                    };
-                    self.send(Ok(event)).await?;
                 }
+                let event = Event::Upsert {
+                    key,
+                    value: kv.value().to_vec(),
+                    revision: kv.mod_revision(),
+                };
+                self.send(Ok(event)).await?;
             }
             if next.is_none() {
                 break;
@@ -318,7 +360,9 @@ impl Driver {
                 };
                 match event.event_type() {
                     EventType::Put => {
-                        self.known.insert(key.clone(), kv.mod_revision());
+                        if self.track {
+                            self.known.insert(key.clone(), kv.mod_revision());
+                        }
                         let event = Event::Upsert {
                             key,
                             value: kv.value().to_vec(),
@@ -327,7 +371,7 @@ impl Driver {
                         self.send(Ok(event)).await?;
                     }
                     EventType::Delete => {
-                        if self.known.remove(&key).is_some() {
+                        if !self.track || self.known.remove(&key).is_some() {
                             self.send(Ok(Event::Delete { key })).await?;
                         }
                     }

@@ -3,6 +3,8 @@
 //! [`list_watch`] is the one way weft reads a prefix: a paged list at one revision,
 //! then a watch from that revision + 1, resumed after errors and re-listed after
 //! compaction with deletes for keys that vanished meanwhile (the stale drain).
+//! [`list_watch_raw`] is the same stage leaving the keys and the drain to a consumer
+//! that keeps them anyway.
 
 mod backoff;
 mod client;
@@ -13,7 +15,7 @@ mod tls;
 pub use backoff::Backoff;
 pub use client::{Client, Endpoints, TlsFiles};
 pub use limit::Limits;
-pub use list_watch::{list_watch, Event};
+pub use list_watch::{list_watch, list_watch_raw, Event};
 pub use tls::TlsProblem;
 
 use std::time::Duration;

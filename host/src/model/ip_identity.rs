@@ -12,7 +12,7 @@ use std::net::IpAddr;
 ///     serde_json::from_str(r#"{"IP":"10.0.0.0","Mask":"/wAAAA==","ID":16777217,"Key":0}"#).unwrap();
 /// assert_eq!(pair.prefix_len(), Some(8));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct IpIdentityPair {
     /// The address (or the network address of a CIDR).
     #[serde(rename = "IP")]
@@ -63,7 +63,7 @@ impl IpIdentityPair {
 }
 
 /// A named port of a pod.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NamedPort {
     /// The port's name.
     #[serde(rename = "Name")]

@@ -9,7 +9,7 @@ mod local_kvstore;
 pub use local_kvstore::run_local_kvstore;
 
 use crate::claims::{ClusterRefusals, Refusals, RemotePrefixes};
-use crate::clustermesh::{ClusterEvent, Observer, Value};
+use crate::clustermesh::{ClusterEvent, Kept, Observer, Value};
 use crate::identity::{IdentityCache, Totals as IdentityTotals};
 use crate::ipcache::{Fact, IpCache, K8sMeta, Prefix, Source};
 use crate::loglimit::LogLimit;
@@ -147,13 +147,10 @@ impl Observer for State {
                 value,
                 old,
             } => match value {
-                Value::Node(node) => self.nodes.upsert(Source::ClusterMesh, node.clone()),
+                Value::Node(node) => self.nodes.upsert(Source::ClusterMesh, (**node).clone()),
                 Value::IpIdentity(pair) => match pair_fact(pair) {
                     Some((prefix, fact)) => {
-                        let old_prefix = match old {
-                            Some(Value::IpIdentity(old)) => pair_fact(old).map(|(p, _)| p),
-                            _ => None,
-                        };
+                        let old_prefix = old.and_then(Kept::ip_prefix);
                         self.remote_prefixes
                             .upsert(cluster, cluster_id, key, prefix, fact, old_prefix);
                     }
@@ -170,19 +167,19 @@ impl Observer for State {
                 }
                 Value::Service(_) => {} // Services are consumed by a later stage.
             },
-            ClusterEvent::Delete { cluster, key, old } => match old {
-                Value::Node(node) => self.nodes.delete(&node.cluster, &node.name),
-                Value::IpIdentity(pair) => {
-                    if let Some((prefix, _)) = pair_fact(pair) {
-                        self.remote_prefixes.delete(cluster, key, prefix);
-                    }
-                }
-                Value::Identity(identity) => self
+            ClusterEvent::Delete { cluster, key, old } => match old.value() {
+                Some(Value::Node(node)) => self.nodes.delete(&node.cluster, &node.name),
+                Some(Value::Identity(identity)) => self
                     .identities
                     .lock()
                     .expect("identity lock poisoned")
                     .remove_remote(cluster, identity.id),
-                Value::Service(_) => {}
+                Some(Value::Service(_)) => {}
+                Some(Value::IpIdentity(_)) | None => {
+                    if let Some(prefix) = old.ip_prefix() {
+                        self.remote_prefixes.delete(cluster, key, prefix);
+                    }
+                }
             },
         }
     }
