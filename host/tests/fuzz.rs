@@ -301,7 +301,7 @@ fn the_state_keeps_the_claim_rules_under_arbitrary_remote_events() {
                         state.on_event(ClusterEvent::Upsert {
                             cluster: &cluster,
                             cluster_id: cluster[1..].parse().ok(),
-                            key: &key,
+                            key: &key.as_str().into(),
                             value: &v,
                             old: old.as_ref().map(Kept::of).as_ref(),
                         });
@@ -311,7 +311,7 @@ fn the_state_keeps_the_claim_rules_under_arbitrary_remote_events() {
                         if let Some(old) = stored.remove(&slot) {
                             state.on_event(ClusterEvent::Delete {
                                 cluster: &cluster,
-                                key: &key,
+                                key: &key.as_str().into(),
                                 old: &Kept::of(&old),
                             });
                         }

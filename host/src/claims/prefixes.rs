@@ -26,9 +26,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// let gate = RemotePrefixes::new(ipcache.clone(), Arc::new(Refusals::default()));
 /// let fact = |id| Fact { identity: Some(id), ..Fact::default() };
 /// let pod = "10.2.0.7".parse().unwrap();
-/// gate.upsert("c2", Some(2), "ip/10.2.0.7", pod, fact(0x2_0005), None);
+/// let key: Arc<str> = "ip/10.2.0.7".into();
+/// gate.upsert("c2", Some(2), &key, pod, fact(0x2_0005), None);
 /// // Cluster 3 claims cluster 2's pod: refused, cluster 2 keeps it.
-/// gate.upsert("c3", Some(3), "ip/10.2.0.7", pod, fact(0x3_0009), None);
+/// gate.upsert("c3", Some(3), &key, pod, fact(0x3_0009), None);
 /// assert_eq!(ipcache.lookup(pod).unwrap().identity, 0x2_0005);
 /// assert_eq!(gate.held_back()["c3"], 1);
 /// ```
@@ -44,36 +45,46 @@ struct Inner {
     nodes: PrefixIndex<BTreeSet<NodeId>>,
     /// The remote cluster holding each admitted prefix, and its entries there.
     held: PrefixIndex<Holder>,
-    /// Held-back entries by owner (`cluster/key`).
-    parked: HashMap<Arc<str>, Parked>,
+    /// Held-back entries by owner.
+    parked: HashMap<Owner, Parked>,
     /// Held-back entries by prefix.
-    parked_at: PrefixIndex<BTreeSet<Arc<str>>>,
-    /// Each cluster's name (shared by its entries) and its ID when it announced one.
-    clusters: BTreeMap<Arc<str>, Option<u32>>,
+    parked_at: PrefixIndex<BTreeSet<Owner>>,
+    /// Each cluster's name (shared by its entries), its ID when it announced one, and
+    /// the scope of its owners.
+    clusters: BTreeMap<Arc<str>, Known>,
+}
+
+/// A remote cluster the gate has heard of.
+#[derive(Clone, Copy)]
+struct Known {
+    id: Option<u32>,
+    /// Its entries' owners are `Owner { source: ClusterMesh, scope, resource: key }`:
+    /// the etcd key is shared with the cluster's store, the scope tells clusters apart.
+    scope: u32,
 }
 
 struct Holder {
     cluster: Arc<str>,
-    /// The owners (`cluster/key`) of its entries at the prefix.
+    /// The owners of its entries at the prefix.
     owners: Owners,
 }
 
 /// A holder's owners at one prefix: almost always one, kept inline (one per remote
 /// entry: a `Vec` would cost an allocation each).
 enum Owners {
-    One(Arc<str>),
-    Many(Vec<Arc<str>>),
+    One(Owner),
+    Many(Vec<Owner>),
 }
 
 impl Owners {
-    fn as_slice(&self) -> &[Arc<str>] {
+    fn as_slice(&self) -> &[Owner] {
         match self {
             Owners::One(o) => std::slice::from_ref(o),
             Owners::Many(v) => v,
         }
     }
 
-    fn push(&mut self, owner: Arc<str>) {
+    fn push(&mut self, owner: Owner) {
         match self {
             Owners::One(first) => *self = Owners::Many(vec![first.clone(), owner]),
             Owners::Many(v) => v.push(owner),
@@ -81,7 +92,7 @@ impl Owners {
     }
 
     /// Takes `owner` out: `None` when it is not there, else whether none is left.
-    fn remove(&mut self, owner: &Arc<str>) -> Option<bool> {
+    fn remove(&mut self, owner: &Owner) -> Option<bool> {
         match self {
             Owners::One(o) => (o == owner).then_some(true),
             Owners::Many(v) => {
@@ -123,14 +134,14 @@ impl RemotePrefixes {
         &self,
         cluster: &str,
         cluster_id: Option<u32>,
-        key: &str,
+        key: &Arc<str>,
         prefix: Prefix,
         fact: Fact,
         old_prefix: Option<Prefix>,
     ) {
         let mut inner = self.lock();
-        let name = inner.cluster(cluster, cluster_id);
-        let owner: Arc<str> = format!("{cluster}/{key}").into();
+        let (name, scope) = inner.cluster(cluster, cluster_id);
+        let owner = Owner::scoped(Source::ClusterMesh, scope, key.clone());
         if let Some(old) = old_prefix.filter(|old| *old != prefix) {
             self.release(&mut inner, &owner, old);
         }
@@ -145,9 +156,13 @@ impl RemotePrefixes {
     }
 
     /// Remote `cluster`'s etcd `key`, which stated something about `prefix`, is gone.
-    pub fn delete(&self, cluster: &str, key: &str, prefix: Prefix) {
-        let owner: Arc<str> = format!("{cluster}/{key}").into();
-        self.release(&mut self.lock(), &owner, prefix);
+    pub fn delete(&self, cluster: &str, key: &Arc<str>, prefix: Prefix) {
+        let mut inner = self.lock();
+        let Some(known) = inner.clusters.get(cluster).copied() else {
+            return;
+        };
+        let owner = Owner::scoped(Source::ClusterMesh, known.scope, key.clone());
+        self.release(&mut inner, &owner, prefix);
     }
 
     /// The entries held back now, by cluster.
@@ -160,7 +175,7 @@ impl RemotePrefixes {
     }
 
     /// Admits `claim` for `owner`, or holds it back with the reason.
-    fn admit(&self, inner: &mut Inner, owner: &Arc<str>, claim: Parked) -> Result<(), Refusal> {
+    fn admit(&self, inner: &mut Inner, owner: &Owner, claim: Parked) -> Result<(), Refusal> {
         match inner.check(owner, &claim) {
             Ok(()) => {
                 inner.unpark(owner);
@@ -178,8 +193,7 @@ impl RemotePrefixes {
                         inner.held.insert(claim.prefix, holder);
                     }
                 }
-                let ipcache_owner = Owner::new(Source::ClusterMesh, owner.clone());
-                self.ipcache.upsert(claim.prefix, ipcache_owner, claim.fact);
+                self.ipcache.upsert(claim.prefix, owner.clone(), claim.fact);
                 Ok(())
             }
             Err(why) => {
@@ -193,12 +207,10 @@ impl RemotePrefixes {
 
     /// Takes `owner`'s entry at `prefix` out of the ipcache, if admitted, and lets the
     /// next claimant of the prefix in when it was the last of its holder.
-    fn withdraw(&self, inner: &mut Inner, owner: &Arc<str>, prefix: Prefix) -> Option<Fact> {
+    fn withdraw(&self, inner: &mut Inner, owner: &Owner, prefix: Prefix) -> Option<Fact> {
         let holder = inner.held.get_mut(&prefix)?;
         let last = holder.owners.remove(owner)?;
-        let fact = self
-            .ipcache
-            .take(prefix, &Owner::new(Source::ClusterMesh, owner.clone()));
+        let fact = self.ipcache.take(prefix, owner);
         if last {
             inner.held.remove(&prefix);
             self.promote(inner, prefix);
@@ -207,7 +219,7 @@ impl RemotePrefixes {
     }
 
     /// Forgets `owner`'s entry at `prefix`, held back or admitted.
-    fn release(&self, inner: &mut Inner, owner: &Arc<str>, prefix: Prefix) {
+    fn release(&self, inner: &mut Inner, owner: &Owner, prefix: Prefix) {
         if !inner.unpark(owner) {
             self.withdraw(inner, owner, prefix);
         }
@@ -215,7 +227,7 @@ impl RemotePrefixes {
 
     /// Checks again the entries held back at exactly `prefix`.
     fn promote(&self, inner: &mut Inner, prefix: Prefix) {
-        let waiting: Vec<Arc<str>> = inner
+        let waiting: Vec<Owner> = inner
             .parked_at
             .get(&prefix)
             .map(|owners| owners.iter().cloned().collect())
@@ -227,7 +239,7 @@ impl RemotePrefixes {
 
     /// Checks a held-back entry again; admits it when nothing blocks it now. A refusal
     /// again is not counted again.
-    fn recheck(&self, inner: &mut Inner, owner: &Arc<str>) {
+    fn recheck(&self, inner: &mut Inner, owner: &Owner) {
         if let Some(claim) = inner.parked.get(owner).cloned() {
             let _still_refused = self.admit(inner, owner, claim);
         }
@@ -244,7 +256,7 @@ impl RemotePrefixes {
                         .is_some_and(|t| f.contains(&Prefix::host(t)))
             })
         };
-        let waiting: Vec<Arc<str>> = inner
+        let waiting: Vec<Owner> = inner
             .parked
             .iter()
             .filter(|(_, p)| blocked_by(p))
@@ -269,12 +281,11 @@ impl RemotePrefixes {
                 continue;
             };
             for owner in holder.owners.as_slice() {
-                let ipcache_owner = Owner::new(Source::ClusterMesh, owner.clone());
-                let Some(fact) = self.ipcache.take(prefix, &ipcache_owner) else {
+                let Some(fact) = self.ipcache.take(prefix, owner) else {
                     continue;
                 };
                 let why = Refusal::NodeSpace {
-                    what: key_of(owner, &holder.cluster).to_owned(),
+                    what: owner.resource.to_string(),
                     prefix,
                     held: space,
                     holder: NodeIdText(node.clone()),
@@ -292,27 +303,28 @@ impl RemotePrefixes {
     }
 }
 
-fn key_of<'a>(owner: &'a str, cluster: &str) -> &'a str {
-    owner.get(cluster.len() + 1..).unwrap_or(owner)
-}
-
 impl Inner {
-    /// The shared name of `cluster`, noting its ID.
-    fn cluster(&mut self, cluster: &str, id: Option<u32>) -> Arc<str> {
-        let name = self
-            .clusters
-            .get_key_value(cluster)
-            .map_or_else(|| Arc::from(cluster), |(name, _)| name.clone());
-        self.clusters.insert(name.clone(), id);
-        name
+    /// The shared name of `cluster` and its owners' scope, noting its ID.
+    fn cluster(&mut self, cluster: &str, id: Option<u32>) -> (Arc<str>, u32) {
+        if let Some((name, known)) = self.clusters.get_key_value(cluster) {
+            let (name, scope) = (name.clone(), known.scope);
+            self.clusters.insert(name.clone(), Known { id, scope });
+            return (name, scope);
+        }
+        // Scope 0 is the other sources'; a cluster's scope is never reused, so an
+        // owner of a cluster removed and added again cannot be mistaken for another's.
+        let scope = u32::try_from(self.clusters.len() + 1).unwrap_or(u32::MAX);
+        let name: Arc<str> = cluster.into();
+        self.clusters.insert(name.clone(), Known { id, scope });
+        (name, scope)
     }
 
     /// Whether `owner`'s cluster may state `claim`.
-    fn check(&self, owner: &str, claim: &Parked) -> Result<(), Refusal> {
+    fn check(&self, owner: &Owner, claim: &Parked) -> Result<(), Refusal> {
         let cluster = &*claim.cluster;
-        let key = || key_of(owner, cluster).to_owned();
+        let key = || owner.resource.to_string();
         if let Some(id) = claim.fact.identity {
-            let cluster_id = self.clusters.get(cluster).copied().flatten();
+            let cluster_id = self.clusters.get(cluster).and_then(|k| k.id);
             crate::identity::check_remote(cluster, cluster_id, id)
                 .map_err(|error| Refusal::Identity { key: key(), error })?;
         }
@@ -346,7 +358,7 @@ impl Inner {
         }
     }
 
-    fn park(&mut self, owner: &Arc<str>, claim: Parked) {
+    fn park(&mut self, owner: &Owner, claim: Parked) {
         let prefix = claim.prefix;
         if let Some(before) = self.parked.insert(owner.clone(), claim) {
             self.unindex_parked(owner, before.prefix);
@@ -355,7 +367,7 @@ impl Inner {
     }
 
     /// Forgets a held-back entry; whether there was one.
-    fn unpark(&mut self, owner: &Arc<str>) -> bool {
+    fn unpark(&mut self, owner: &Owner) -> bool {
         match self.parked.remove(owner) {
             Some(before) => {
                 self.unindex_parked(owner, before.prefix);
@@ -365,7 +377,7 @@ impl Inner {
         }
     }
 
-    fn unindex_parked(&mut self, owner: &Arc<str>, prefix: Prefix) {
+    fn unindex_parked(&mut self, owner: &Owner, prefix: Prefix) {
         self.parked_at.remove_member(&[prefix], owner);
     }
 }

@@ -59,7 +59,7 @@ fn put(state: &State, cluster: &str, key: &str, value: Value, old: Option<&Value
     state.on_event(ClusterEvent::Upsert {
         cluster,
         cluster_id: id_of(cluster),
-        key,
+        key: &key.into(),
         value: &value,
         old: old.map(Kept::of).as_ref(),
     });
@@ -68,7 +68,7 @@ fn put(state: &State, cluster: &str, key: &str, value: Value, old: Option<&Value
 fn delete(state: &State, cluster: &str, key: &str, old: Value) {
     state.on_event(ClusterEvent::Delete {
         cluster,
-        key,
+        key: &key.into(),
         old: &Kept::of(&old),
     });
 }

@@ -74,8 +74,8 @@ pub enum ClusterEvent<'a> {
         cluster: &'a str,
         /// Its ID, when it announced one.
         cluster_id: Option<u32>,
-        /// The etcd key.
-        key: &'a str,
+        /// The etcd key (shared: an owner of what the value states may keep it).
+        key: &'a Arc<str>,
         /// The new value.
         value: &'a Value,
         /// What was kept of the value it replaced, `None` for a new key.
@@ -86,7 +86,7 @@ pub enum ClusterEvent<'a> {
         /// The remote cluster.
         cluster: &'a str,
         /// The etcd key.
-        key: &'a str,
+        key: &'a Arc<str>,
         /// What was kept of the value it had.
         old: &'a Kept,
     },

@@ -200,7 +200,8 @@ impl RemoteCluster {
                 };
                 match decode(r, owner, prefix, &key, &value) {
                     Ok(v) => {
-                        let stored = inner.stores[r.index()].upsert(&key, revision, Kept::of(&v));
+                        let (key, stored) =
+                            inner.stores[r.index()].upsert(&key, revision, Kept::of(&v));
                         let cluster_id = inner.id;
                         drop(inner);
                         if let Stored::Changed { old } = stored {
@@ -222,7 +223,7 @@ impl RemoteCluster {
             }
             Event::Delete { key } => {
                 let old = self.lock().stores[r.index()].remove(&key);
-                if let Some(old) = old {
+                if let Some((key, old)) = old {
                     self.observer.on_event(ClusterEvent::Delete {
                         cluster,
                         key: &key,
@@ -255,16 +256,16 @@ impl RemoteCluster {
         inner.last_error = Some(error);
         let old = inner.stores[r.index()].remove(key);
         drop(inner);
-        if let Some(old) = old {
+        if let Some((key, old)) = old {
             self.observer.on_event(ClusterEvent::Delete {
                 cluster: &self.name,
-                key,
+                key: &key,
                 old: &old,
             });
         }
     }
 
-    fn emit_deletes(&self, gone: &[(String, Kept)]) {
+    fn emit_deletes(&self, gone: &[(Arc<str>, Kept)]) {
         for (key, old) in gone {
             self.observer.on_event(ClusterEvent::Delete {
                 cluster: &self.name,

@@ -181,7 +181,8 @@ struct Held {
 /// is a new generation; what a complete list did not deliver again is drained.
 #[derive(Debug, Default)]
 pub(crate) struct Store {
-    entries: HashMap<String, Held>,
+    /// By key: shared with the state stage, whose facts are owned by the key.
+    entries: HashMap<Arc<str>, Held>,
     /// The generation of the list in progress, or of the last one.
     generation: u32,
     /// A list is in progress: [`Store::finish_listing`] drains what it did not deliver.
@@ -211,31 +212,35 @@ impl Store {
         }
     }
 
-    /// Stores `value`, read at `revision`; returns what changed (nothing to tell
-    /// observers when the value is the same).
-    pub fn upsert(&mut self, key: &str, revision: i64, kept: Kept) -> Stored {
+    /// Stores `value`, read at `revision`; returns the key as stored and what changed
+    /// (nothing to tell observers when the value is the same).
+    pub fn upsert(&mut self, key: &str, revision: i64, kept: Kept) -> (Arc<str>, Stored) {
         let generation = self.generation;
-        match self.entries.get_mut(key) {
-            Some(held) if held.kept == kept => {
+        match self.entries.get_key_value(key) {
+            Some((shared, _)) => {
+                let shared = shared.clone();
+                let held = self.entries.get_mut(key).expect("just found");
                 (held.revision, held.generation) = (revision, generation);
-                Stored::Unchanged
-            }
-            Some(held) => {
-                (held.revision, held.generation) = (revision, generation);
-                Stored::Changed {
-                    old: Some(std::mem::replace(&mut held.kept, kept)),
-                }
+                let stored = if held.kept == kept {
+                    Stored::Unchanged
+                } else {
+                    Stored::Changed {
+                        old: Some(std::mem::replace(&mut held.kept, kept)),
+                    }
+                };
+                (shared, stored)
             }
             None => {
+                let shared: Arc<str> = key.into();
                 self.entries.insert(
-                    key.to_owned(),
+                    shared.clone(),
                     Held {
                         kept,
                         revision,
                         generation,
                     },
                 );
-                Stored::Changed { old: None }
+                (shared, Stored::Changed { old: None })
             }
         }
     }
@@ -244,12 +249,14 @@ impl Store {
         self.entries.contains_key(key)
     }
 
-    pub fn remove(&mut self, key: &str) -> Option<Kept> {
-        self.entries.remove(key).map(|held| held.kept)
+    pub fn remove(&mut self, key: &str) -> Option<(Arc<str>, Kept)> {
+        self.entries
+            .remove_entry(key)
+            .map(|(key, held)| (key, held.kept))
     }
 
     /// A complete list is in: removes what it did not deliver.
-    pub fn finish_listing(&mut self) -> Vec<(String, Kept)> {
+    pub fn finish_listing(&mut self) -> Vec<(Arc<str>, Kept)> {
         if !std::mem::take(&mut self.listing) {
             return Vec::new();
         }
@@ -266,7 +273,7 @@ impl Store {
     }
 
     /// Removes everything (the cluster was removed).
-    pub fn drain(&mut self) -> Vec<(String, Kept)> {
+    pub fn drain(&mut self) -> Vec<(Arc<str>, Kept)> {
         self.listing = false;
         self.entries
             .drain()
@@ -313,11 +320,11 @@ mod tests {
         };
         s.begin_listing();
         assert!(matches!(
-            s.upsert("a", 1, v(1)),
+            s.upsert("a", 1, v(1)).1,
             Stored::Changed { old: None }
         ));
         assert!(matches!(
-            s.upsert("b", 2, v(2)),
+            s.upsert("b", 2, v(2)).1,
             Stored::Changed { old: None }
         ));
         assert!(
@@ -325,7 +332,7 @@ mod tests {
             "the first list drains nothing"
         );
         assert!(
-            matches!(s.upsert("b", 3, v(3)), Stored::Changed { old: Some(old) } if old == v(2)),
+            matches!(s.upsert("b", 3, v(3)).1, Stored::Changed { old: Some(old) } if old == v(2)),
             "a change carries the value it replaced"
         );
         s.begin_listing();
@@ -335,12 +342,12 @@ mod tests {
         );
         assert!(!s.unchanged_at("b", 2), "a newer revision is held");
         assert!(
-            matches!(s.upsert("c", 5, v(1)), Stored::Changed { old: None }),
+            matches!(s.upsert("c", 5, v(1)).1, Stored::Changed { old: None }),
             "a new key"
         );
         let drained = s.finish_listing();
         assert_eq!(drained.len(), 1);
-        assert_eq!(drained[0].0, "b");
+        assert_eq!(&*drained[0].0, "b");
         assert_eq!(s.len(), 2);
         assert!(
             s.finish_listing().is_empty(),
@@ -376,7 +383,11 @@ mod tests {
         assert!(s.unchanged_at("b", 1));
         s.begin_listing();
         assert!(s.unchanged_at("a", 1));
-        let drained: Vec<String> = s.finish_listing().into_iter().map(|(k, _)| k).collect();
+        let drained: Vec<String> = s
+            .finish_listing()
+            .into_iter()
+            .map(|(k, _)| k.to_string())
+            .collect();
         assert_eq!(drained, ["b"]);
     }
 }

@@ -4,6 +4,7 @@ use super::resolve::{resolve, sort_key, IdentitySpec};
 use super::{Entry, Fact, Owner, Prefix, Source};
 use crate::identity::LocalAllocator;
 use crate::model::Labels;
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -38,8 +39,9 @@ pub struct Upserted {
 
 #[derive(Debug, Default)]
 struct PrefixState {
-    /// Sorted by [`sort_key`].
-    facts: Vec<(Owner, Fact)>,
+    /// Sorted by [`sort_key`]. Almost every prefix has one owner: that one is kept
+    /// inline (a remote cluster's entries come by the hundred thousand).
+    facts: SmallVec<[(Owner, Fact); 1]>,
     resolved: Option<Entry>,
     /// The local identity this prefix holds a reference to. Tracked apart from the
     /// entry: an explicit identity from a remote cluster may have the same number.
@@ -92,8 +94,8 @@ impl IpCache {
             Ok(i) if state.facts[i].1 == fact => return Upserted { shadowed_by },
             Ok(i) => state.facts[i].1 = fact,
             Err(i) => {
-                // Most prefixes have one or two owners: grow one slot at a time
-                // rather than by `Vec`'s first step of four (288 bytes a prefix).
+                // A second owner and more: grow one slot at a time rather than by
+                // doubling.
                 state.facts.reserve_exact(1);
                 state.facts.insert(i, (owner, fact));
             }

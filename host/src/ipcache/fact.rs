@@ -11,15 +11,26 @@ use std::sync::Arc;
 pub struct Owner {
     /// The source; decides precedence.
     pub source: Source,
-    /// The resource, e.g. `clustermesh/c2/cilium/state/ip/v1/default/10.0.0.1`.
+    /// Which of the source's domains the resource is named in: a remote cluster's
+    /// number for clustermesh owners (two clusters' etcd keys can be the same text), 0
+    /// otherwise. It lets a remote entry's owner share its etcd key's allocation with
+    /// the cluster's store rather than carry one of its own.
+    pub scope: u32,
+    /// The resource, e.g. `cilium/state/ip/v1/default/10.0.0.1`.
     pub resource: Arc<str>,
 }
 
 impl Owner {
     /// An owner from `source` and `resource`.
     pub fn new(source: Source, resource: impl Into<Arc<str>>) -> Self {
+        Self::scoped(source, 0, resource)
+    }
+
+    /// An owner from `source`, its domain `scope` and `resource`.
+    pub fn scoped(source: Source, scope: u32, resource: impl Into<Arc<str>>) -> Self {
         Self {
             source,
+            scope,
             resource: resource.into(),
         }
     }

@@ -83,8 +83,13 @@ pub(crate) fn resolve(all: &[(Owner, Fact)]) -> Option<(IdentitySpec, Entry)> {
     Some((spec, entry))
 }
 
-/// Facts are kept sorted by this key: strongest source first, then by resource name,
+/// Facts are kept sorted by this key: strongest source first, then by scope and
+/// resource name,
 /// so that ties between owners of one source are broken the same way in every order.
-pub(crate) fn sort_key(owner: &Owner) -> (std::cmp::Reverse<super::Source>, &str) {
-    (std::cmp::Reverse(owner.source), &owner.resource)
+pub(crate) fn sort_key(owner: &Owner) -> (std::cmp::Reverse<super::Source>, u32, &str) {
+    (
+        std::cmp::Reverse(owner.source),
+        owner.scope,
+        &owner.resource,
+    )
 }

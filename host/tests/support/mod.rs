@@ -95,14 +95,14 @@ impl Observer for Recorder {
                 self.state
                     .lock()
                     .unwrap()
-                    .insert((cluster.into(), key.into()), value.clone());
+                    .insert((cluster.into(), key.to_string()), value.clone());
             }
             ClusterEvent::Delete { cluster, key, .. } => {
                 let removed = self
                     .state
                     .lock()
                     .unwrap()
-                    .remove(&(cluster.into(), key.into()));
+                    .remove(&(cluster.into(), key.to_string()));
                 assert!(
                     removed.is_some(),
                     "delete of unknown key {key} of {cluster}"
@@ -110,7 +110,7 @@ impl Observer for Recorder {
                 self.deletes
                     .lock()
                     .unwrap()
-                    .push((cluster.into(), key.into()));
+                    .push((cluster.into(), key.to_string()));
             }
         }
     }
