@@ -110,6 +110,9 @@ pub enum LabCommand {
         /// Write every sample into this CSV file.
         #[arg(long)]
         csv: Option<PathBuf>,
+        /// Only these kinds of churn (comma-separated); all by default.
+        #[arg(long, value_enum, value_delimiter = ',')]
+        steps: Vec<crate::lab::soak::churn::Kind>,
         /// Which lab.
         #[command(flatten)]
         at: LabAt,

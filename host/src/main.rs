@@ -213,6 +213,7 @@ async fn run() -> anyhow::Result<()> {
             sample_every,
             plot,
             csv,
+            steps,
             at,
         }) => {
             let weftd = std::env::current_exe()?;
@@ -221,6 +222,7 @@ async fn run() -> anyhow::Result<()> {
                 every,
                 sample_every,
                 cni: weftd.with_file_name("weft-cni"),
+                kinds: steps,
                 plot,
                 csv,
             };

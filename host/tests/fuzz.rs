@@ -3,7 +3,8 @@
 //! plugin manifests and trust policies, and the state stage fed arbitrary remote
 //! nodes and entries. Inputs are random bytes and mutations (flips, cuts, splices) of
 //! valid seeds. The property: an error, never a panic; and for the state, the claim
-//! rules hold whatever arrives. `WEFT_FUZZ_CASES` sets the cases per target (default
+//! rules hold whatever arrives. The shipped plugins get arbitrary hook inputs: every
+//! call answers (no trap, no deadline), within the contract, the same way twice. `WEFT_FUZZ_CASES` sets the cases per target (default
 //! 2,000 in CI; BENCHMARKS.md reports longer runs).
 
 use proptest::prelude::*;
@@ -15,6 +16,8 @@ use weft::model::{decode_json, ClusterConfig, ClusterService, Identity, IpIdenti
 use weft::node::NodeId;
 use weft::plugins::{Manifest, TrustPolicy};
 use weft::state::State;
+
+mod support;
 
 fn cases() -> u32 {
     std::env::var("WEFT_FUZZ_CASES")
@@ -356,4 +359,189 @@ fn the_state_keeps_the_claim_rules_under_arbitrary_remote_events() {
             Ok(())
         })
         .unwrap();
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z0-9-]{0,12}",
+        any::<String>(),
+        "[a-z]{1,8}".prop_map(|s| s.repeat(200)),
+    ]
+}
+
+fn cluster_sync() -> impl Strategy<Value = weft::plugins::ClusterSync> {
+    (text(), any::<[bool; 5]>()).prop_map(|(name, b)| weft::plugins::ClusterSync {
+        name,
+        connected: b[0],
+        nodes_synced: b[1],
+        ipcache_synced: b[2],
+        identities_synced: b[3],
+        services_synced: b[4],
+    })
+}
+
+fn regeneration_request() -> impl Strategy<Value = weft::plugins::RegenerationRequest> {
+    use weft::plugins::{Endpoint, EndpointKind, RegenerationReason, RegenerationRequest};
+    let endpoint = (
+        prop::bool::ANY,
+        any::<u32>(),
+        text(),
+        text(),
+        prop::collection::vec(text(), 0..16),
+    )
+        .prop_map(|(host, identity, namespace, name, labels)| Endpoint {
+            kind: if host {
+                EndpointKind::Host
+            } else {
+                EndpointKind::Workload
+            },
+            identity,
+            namespace,
+            name,
+            labels,
+        });
+    let reason = prop::sample::select(vec![
+        RegenerationReason::Restore,
+        RegenerationReason::Create,
+        RegenerationReason::IdentityChange,
+        RegenerationReason::PolicyChange,
+    ]);
+    (
+        endpoint,
+        reason,
+        any::<(bool, bool)>(),
+        any::<u64>(),
+        prop::collection::vec(cluster_sync(), 0..12),
+    )
+        .prop_map(
+            |(endpoint, reason, (ipsec, wireguard), default_timeout_ms, clusters)| {
+                RegenerationRequest {
+                    endpoint,
+                    reason,
+                    ipsec,
+                    wireguard,
+                    default_timeout_ms,
+                    clusters,
+                }
+            },
+        )
+}
+
+fn peer_gc_request() -> impl Strategy<Value = weft::plugins::PeerGcRequest> {
+    let peer =
+        (text(), prop::collection::vec(text(), 0..8)).prop_map(|(public_key, allowed_ips)| {
+            weft::plugins::RestoredPeer {
+                public_key,
+                allowed_ips,
+            }
+        });
+    (
+        prop::collection::vec(peer, 0..8),
+        prop::collection::vec(cluster_sync(), 0..8),
+    )
+        .prop_map(|(peers, clusters)| weft::plugins::PeerGcRequest { peers, clusters })
+}
+
+fn sync_cluster() -> impl Strategy<Value = weft::plugins::Cluster> {
+    (text(), any::<Option<u32>>(), any::<[u32; 4]>()).prop_map(|(name, id, c)| {
+        weft::plugins::Cluster {
+            name,
+            id,
+            counts: weft::plugins::ResourceCounts {
+                nodes: c[0],
+                ipcache: c[1],
+                identities: c[2],
+                services: c[3],
+            },
+        }
+    })
+}
+
+#[test]
+fn the_shipped_plugins_answer_any_hook_input_within_the_contract() {
+    use weft::clustermesh::Resource;
+    use weft::plugins::{enforce, Decision, Runtime, Verdict};
+    let rt = Runtime::new(weft::plugins::Config::default()).unwrap();
+    let mesh: weft::plugins::MeshView = std::sync::Arc::new(Vec::new);
+    let component = |name: &str| {
+        let path = support::plugin_wasm(name);
+        rt.compile(&std::fs::read(&path).unwrap()).unwrap()
+    };
+    let shipped = [
+        ("regeneration-policy", component("regeneration_policy"), ""),
+        ("sync-events", component("sync_events"), ""),
+        (
+            "critical-clusters",
+            component("critical_clusters"),
+            "c2, c3",
+        ),
+    ];
+    // `run` takes a `Fn`: the instances are called through a lock.
+    let plugins: std::sync::Mutex<Vec<_>> = std::sync::Mutex::new(
+        shipped
+            .iter()
+            .map(|(name, c, config)| {
+                (
+                    *name,
+                    rt.instantiate(name, c, config, mesh.clone()).unwrap(),
+                )
+            })
+            .collect(),
+    );
+    let max_wait = std::time::Duration::from_secs(300);
+    let input = (
+        regeneration_request(),
+        peer_gc_request(),
+        sync_cluster(),
+        prop::sample::select(Resource::ALL.to_vec()),
+    );
+    runner()
+        .run(&input, |(request, peer_gc, cluster, resource)| {
+            for (name, plugin) in plugins.lock().unwrap().iter_mut() {
+                let first = plugin
+                    .regeneration_policy(&request)
+                    .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
+                let again = plugin
+                    .regeneration_policy(&request)
+                    .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
+                prop_assert_eq!(
+                    &first,
+                    &again,
+                    "{} answers the same input the same way",
+                    name
+                );
+                if let Decision::Wait(w) = &first {
+                    prop_assert!(!w.barriers.is_empty(), "{}: a wait for nothing", name);
+                }
+                if let Verdict::Wait { timeout, .. } = enforce(first, max_wait) {
+                    prop_assert!(timeout <= max_wait);
+                }
+                plugin
+                    .peer_gc_policy(&peer_gc)
+                    .map_err(|e| TestCaseError::fail(format!("{name} peer-gc: {e}")))?;
+                plugin
+                    .on_synced(resource, &cluster)
+                    .map_err(|e| TestCaseError::fail(format!("{name} synced: {e}")))?;
+                plugin
+                    .on_cluster_disconnected(&cluster)
+                    .map_err(|e| TestCaseError::fail(format!("{name} disconnected: {e}")))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    // Configs: critical-clusters accepts a list of names or refuses with a reason.
+    let configs = TestRunner::new(Config {
+        cases: cases() / 20 + 1,
+        failure_persistence: None,
+        ..Config::default()
+    })
+    .run(&text(), |config| {
+        let c = &shipped[2].1;
+        match rt.instantiate("critical-clusters", c, &config, mesh.clone()) {
+            Ok(_) => prop_assert!(config.split(',').any(|n| !n.trim().is_empty())),
+            Err(e) => prop_assert!(e.to_string().contains("cluster"), "{e}"),
+        }
+        Ok(())
+    });
+    configs.unwrap();
 }

@@ -4,7 +4,6 @@ use super::resolve::{resolve, sort_key, IdentitySpec};
 use super::{Entry, Fact, Owner, Prefix, Source};
 use crate::identity::LocalAllocator;
 use crate::model::Labels;
-use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -39,9 +38,9 @@ pub struct Upserted {
 
 #[derive(Debug, Default)]
 struct PrefixState {
-    /// Sorted by [`sort_key`]. Almost every prefix has one owner: that one is kept
-    /// inline (a remote cluster's entries come by the hundred thousand).
-    facts: SmallVec<[(Owner, Fact); 1]>,
+    /// Sorted by [`sort_key`]. Not inline: a map of half a million prefixes has a
+    /// million slots, and a slot holding the fact costs more than the allocation.
+    facts: Vec<(Owner, Fact)>,
     resolved: Option<Entry>,
     /// The local identity this prefix holds a reference to. Tracked apart from the
     /// entry: an explicit identity from a remote cluster may have the same number.

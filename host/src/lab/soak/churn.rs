@@ -31,6 +31,34 @@ pub enum Step {
     PluginReloaded,
 }
 
+/// A kind of churn: a step and the step that undoes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// Pods added and deleted.
+    Pods,
+    /// cluster2's etcd frozen and thawed.
+    EtcdPause,
+    /// The churned cluster removed from the mesh and put back.
+    Cluster,
+    /// The churned node's agent stopped and started.
+    Node,
+    /// New plugin versions installed.
+    Plugin,
+}
+
+impl Step {
+    /// The kind of churn the step belongs to.
+    pub fn kind(self) -> Kind {
+        match self {
+            Step::PodAdded | Step::PodDeleted => Kind::Pods,
+            Step::EtcdPaused => Kind::EtcdPause,
+            Step::ClusterRemoved | Step::ClusterAdded => Kind::Cluster,
+            Step::NodeStopped | Step::NodeStarted => Kind::Node,
+            Step::PluginReloaded => Kind::Plugin,
+        }
+    }
+}
+
 /// The cycle: what one step changes, a later one puts back.
 pub const CYCLE: [Step; 8] = [
     Step::PodAdded,

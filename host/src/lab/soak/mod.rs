@@ -34,6 +34,9 @@ pub struct Options {
     pub sample_every: Duration,
     /// `weft-cni`.
     pub cni: PathBuf,
+    /// The kinds of churn to run; all when empty (one kind alone tells which one a
+    /// climb comes with).
+    pub kinds: Vec<churn::Kind>,
     /// Draw the curves into this SVG file.
     pub plot: Option<PathBuf>,
     /// Write every sample into this CSV file.
@@ -84,6 +87,11 @@ pub async fn soak(
             options.duration
         ),
     );
+    let cycle: Vec<churn::Step> = CYCLE
+        .iter()
+        .copied()
+        .filter(|s| options.kinds.is_empty() || options.kinds.contains(&s.kind()))
+        .collect();
     let mut samples: Vec<Sample> = Vec::new();
     let (mut next_step, mut next_sample) = (started + options.every, started);
     let mut step = 0usize;
@@ -102,7 +110,7 @@ pub async fn soak(
             next_sample = now + options.sample_every;
         }
         if now >= next_step {
-            let what = CYCLE[step % CYCLE.len()];
+            let what = cycle[step % cycle.len()];
             step += 1;
             match churn.take(what).await {
                 Ok(line) => say(out, &line),
