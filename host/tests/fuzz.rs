@@ -461,7 +461,13 @@ fn sync_cluster() -> impl Strategy<Value = weft::plugins::Cluster> {
 fn the_shipped_plugins_answer_any_hook_input_within_the_contract() {
     use weft::clustermesh::Resource;
     use weft::plugins::{enforce, Decision, Runtime, Verdict};
-    let rt = Runtime::new(weft::plugins::Config::default()).unwrap();
+    // The deadline is the host's bound on time, tested elsewhere; here a call that runs
+    // out of it on a loaded machine would hide what the input did.
+    let rt = Runtime::new(weft::plugins::Config {
+        deadline: std::time::Duration::from_secs(2),
+        ..weft::plugins::Config::default()
+    })
+    .unwrap();
     let mesh: weft::plugins::MeshView = std::sync::Arc::new(Vec::new);
     let component = |name: &str| {
         let path = support::plugin_wasm(name);
@@ -495,8 +501,11 @@ fn the_shipped_plugins_answer_any_hook_input_within_the_contract() {
         sync_cluster(),
         prop::sample::select(Resource::ALL.to_vec()),
     );
-    runner()
-        .run(&input, |(request, peer_gc, cluster, resource)| {
+    // A trap leaves an instance unusable, so shrinking would report whatever input came
+    // next: the first failure is kept, with its input.
+    let first_failure: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let result = runner().run(&input, |(request, peer_gc, cluster, resource)| {
+        let outcome = (|| -> Result<(), TestCaseError> {
             for (name, plugin) in plugins.lock().unwrap().iter_mut() {
                 let first = plugin
                     .regeneration_policy(&request)
@@ -527,8 +536,21 @@ fn the_shipped_plugins_answer_any_hook_input_within_the_contract() {
                     .map_err(|e| TestCaseError::fail(format!("{name} disconnected: {e}")))?;
             }
             Ok(())
-        })
-        .unwrap();
+        })();
+        if let Err(e) = &outcome {
+            let mut first = first_failure.lock().unwrap();
+            if first.is_none() {
+                *first = Some(format!(
+                    "{e}\ninput: {request:?}\n{peer_gc:?}\n{cluster:?} {resource:?}"
+                ));
+            }
+        }
+        outcome
+    });
+    if let Some(first) = first_failure.lock().unwrap().take() {
+        panic!("first failure: {first}");
+    }
+    result.unwrap();
     // Configs: critical-clusters accepts a list of names or refuses with a reason.
     let configs = TestRunner::new(Config {
         cases: cases() / 20 + 1,
