@@ -36,6 +36,16 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// Held by each test while its lab runs: labs side by side on two cores starve each
+/// other's WireGuard handshakes, and a lab's own figures are what a test judges.
+static ONE_LAB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_lab_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_LAB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A lab name unique to this test process.
 fn name(test: &str) -> String {
     format!("{test}{}", std::process::id() % 100)
@@ -87,6 +97,7 @@ fn a_lab_comes_up_with_its_matrix_and_goes_down_without_a_trace() {
     if !support::wireguard_available("lab") {
         return;
     }
+    let _one = one_lab_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let name = name("lu");
     let up = weftd(
@@ -126,6 +137,7 @@ fn down_removes_what_a_killed_up_made_and_nothing_it_did_not_make() {
     if !support::wireguard_available("lab-crash") {
         return;
     }
+    let _one = one_lab_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let name = name("lc");
     // `up` killed once its first agent runs.
@@ -200,6 +212,7 @@ fn the_scenarios_pass_and_their_controls_show_what_they_prevent() {
     if !support::wireguard_available("lab-restart") {
         return;
     }
+    let _one = one_lab_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let name = name("lr");
     let up = weftd(&["lab", "up", "--name", &name, "--nodes", "1"], dir.path());
@@ -327,6 +340,7 @@ fn a_short_soak_takes_every_churn_step_with_streams_unbroken_and_leaves_no_trace
     if !support::wireguard_available("lab-soak") {
         return;
     }
+    let _one = one_lab_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let name = name("ls");
     let up = weftd(

@@ -67,11 +67,12 @@ pub fn measure(spec: &Spec, ips: &BTreeMap<PodRef, IpAddr>) -> std::io::Result<V
             attempts.push(std::thread::spawn(move || {
                 let addr = SocketAddr::new(ip, POD_PORT);
                 // An admitted flow may first wait for a WireGuard handshake: 3 s (TCP
-                // retries its SYN after 1 s), and a second try. A denied one needs no
-                // more than a second to show it is dropped: the handshakes of the
-                // admitted ones run at the same time.
+                // retries its SYN after 1 s), and more tries, as a lost handshake
+                // initiation is sent again only after WireGuard's REKEY_TIMEOUT (5 s,
+                // plus jitter). A denied one needs no more than a second to show it is
+                // dropped: the handshakes of the admitted ones run at the same time.
                 let (tries, wait) = if expected {
-                    (2, Duration::from_secs(3))
+                    (3, Duration::from_secs(3))
                 } else {
                     (1, Duration::from_secs(1))
                 };
