@@ -387,7 +387,8 @@ pub struct PluginArgs {
     /// The most the recording keeps, in MiB; the oldest events go first.
     #[arg(long, env = "WEFT_PLUGIN_RECORD_MAX_MIB", default_value_t = 64)]
     pub plugin_record_max_mib: u64,
-    /// Compile cache (default: `<state-dir>/plugin-cache`).
+    /// Compile cache (default: `<state-dir>/plugin-cache`); it keeps the 64 entries
+    /// last written or used.
     #[arg(long, env = "WEFT_PLUGIN_CACHE_DIR")]
     pub plugin_cache_dir: Option<PathBuf>,
     /// How long one plugin call may run.

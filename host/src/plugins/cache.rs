@@ -5,7 +5,9 @@
 //! native code from disk is only as safe as the file, so an entry is never trusted:
 //! it carries an HMAC-SHA256 over its name and bytes under a key that only this node
 //! holds (`.key`, mode 0600, made on first use). A truncated, altered, renamed or
-//! foreign entry fails the check (or wasmtime's own), is ignored and rebuilt.
+//! foreign entry fails the check (or wasmtime's own), is ignored and rebuilt. The cache
+//! keeps the [`MAX_ENTRIES`] entries last written or used: every plugin version ever
+//! loaded would otherwise stay on disk.
 
 #![allow(unsafe_code)] // `Component::deserialize`, guarded by the MAC; see `load`.
 
@@ -20,6 +22,10 @@ use std::path::{Path, PathBuf};
 use wasmtime::component::Component;
 
 const MAGIC: &[u8; 8] = b"WEFTCC01";
+
+/// The entries the cache keeps; the least recently written or used go first. Room for
+/// every plugin and shadow a node runs, and the versions an operator moves between.
+pub const MAX_ENTRIES: usize = 64;
 const MAC_LEN: usize = 32;
 
 /// How a component was obtained.
@@ -128,7 +134,14 @@ impl CompileCache {
                 // under this node's key proves it), and wasmtime checks its own
                 // version and settings header before using them.
                 Ok(payload) => match unsafe { Component::deserialize(runtime.engine(), payload) } {
-                    Ok(c) => return Ok((c, CacheOutcome::Hit)),
+                    Ok(c) => {
+                        // Used now: the last to be pruned.
+                        let _ = std::fs::File::options()
+                            .write(true)
+                            .open(&path)
+                            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                        return Ok((c, CacheOutcome::Hit));
+                    }
                     Err(e) => Some(format!("wasmtime refused it: {e:#}")),
                 },
             },
@@ -146,6 +159,7 @@ impl CompileCache {
                 if let Err(e) = write_atomically(&path, &file, 0o600) {
                     tracing::warn!(entry = %path.display(), error = %e, "cannot write the compile cache");
                 }
+                prune(&self.dir, MAX_ENTRIES);
             }
             Err(e) => tracing::warn!(error = %e, "cannot serialise a compiled plugin"),
         }
@@ -185,6 +199,29 @@ impl CompileCache {
     }
 }
 
+/// Removes the entries (`*.cwasm`) of `dir` beyond the `keep` last modified: written,
+/// or used (a hit touches its entry). What cannot be read or removed stays.
+fn prune(dir: &Path, keep: usize) {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<(std::time::SystemTime, PathBuf)> = read
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    if entries.len() <= keep {
+        return;
+    }
+    entries.sort_by_key(|e| std::cmp::Reverse(e.0));
+    for (_, path) in entries.drain(keep..) {
+        if let Err(e) = std::fs::remove_file(&path) {
+            tracing::warn!(entry = %path.display(), error = %e, "cannot prune the compile cache");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +246,26 @@ mod tests {
         std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
         let err = CompileCache::open(&theirs).unwrap_err().to_string();
         assert!(err.contains("uid 65534"), "{err}");
+    }
+
+    #[test]
+    fn the_least_recently_written_or_used_entries_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for i in 0..5u64 {
+            let path = dir.path().join(format!("m{i}-0.cwasm"));
+            std::fs::write(&path, b"x").unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(t0 + std::time::Duration::from_secs(i * 60))
+                .unwrap();
+        }
+        std::fs::write(dir.path().join(".key"), [0u8; 32]).unwrap();
+        prune(dir.path(), 3);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".key", "m2-0.cwasm", "m3-0.cwasm", "m4-0.cwasm"]);
     }
 }
