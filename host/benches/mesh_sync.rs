@@ -52,37 +52,15 @@ async fn load(etcd: &Etcd) -> usize {
 
 /// The baseline: the same four prefixes read page by page with etcd-client.
 async fn raw_read(etcd: &Etcd) -> (Duration, usize) {
-    let mut c = etcd.client().await;
     let start = Instant::now();
-    let mut n = 0;
-    for prefix in [
-        "cilium/state/nodes/v1/bench/".to_owned(),
-        "cilium/state/ip/v1/default/".to_owned(),
-        "cilium/state/identities/v1/id/".to_owned(),
-        "cilium/state/services/v1/bench/".to_owned(),
-    ] {
-        let end = weft::kvstore::prefix_range_end(&prefix);
-        let mut key = prefix.into_bytes();
-        let mut rev = 0;
-        loop {
-            let mut o = etcd_client::GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(256);
-            if rev > 0 {
-                o = o.with_revision(rev);
-            }
-            let r = c.get(key.clone(), Some(o)).await.unwrap();
-            rev = r.header().unwrap().revision();
-            n += r.kvs().len();
-            match r.kvs().last() {
-                Some(last) if r.more() => {
-                    key = last.key().to_vec();
-                    key.push(0);
-                }
-                _ => break,
-            }
-        }
-    }
+    let prefixes = [
+        "cilium/state/nodes/v1/bench/",
+        "cilium/state/ip/v1/default/",
+        "cilium/state/identities/v1/id/",
+        "cilium/state/services/v1/bench/",
+    ]
+    .map(String::from);
+    let n = etcd.raw_read(&prefixes).await;
     (start.elapsed(), n)
 }
 

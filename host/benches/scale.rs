@@ -57,37 +57,13 @@ async fn load(etcd: &Etcd, id: u32) -> usize {
 
 /// Every key of one cluster, 256 a page at one revision, per prefix.
 async fn raw_read_one(etcd: &Etcd, id: u32) -> usize {
-    let mut c = etcd.client().await;
-    let mut n = 0;
-    for prefix in [
+    let prefixes = [
         format!("cilium/state/nodes/v1/{}/", name(id)),
         "cilium/state/ip/v1/default/".to_owned(),
         "cilium/state/identities/v1/id/".to_owned(),
         format!("cilium/state/services/v1/{}/", name(id)),
-    ] {
-        let end = weft::kvstore::prefix_range_end(&prefix);
-        let mut key = prefix.into_bytes();
-        let mut rev = 0;
-        loop {
-            let mut o = etcd_client::GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(256);
-            if rev > 0 {
-                o = o.with_revision(rev);
-            }
-            let r = c.get(key.clone(), Some(o)).await.unwrap();
-            rev = r.header().unwrap().revision();
-            n += r.kvs().len();
-            match r.kvs().last() {
-                Some(last) if r.more() => {
-                    key = last.key().to_vec();
-                    key.push(0);
-                }
-                _ => break,
-            }
-        }
-    }
-    n
+    ];
+    etcd.raw_read(&prefixes).await
 }
 
 /// A fresh `weftd`, then all ten clusters' files; the time until every cluster is

@@ -13,23 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::agent::Agent;
-use support::{eventually, ip_json, write_config_file, Etcd};
-
-/// A small deterministic generator: the run is replayable from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use support::{eventually, ip_json, write_config_file, Etcd, Rng};
 
 /// The writer's entries live in 10.2.200.0/24, where no node of the cluster is.
 const PREFIX: &str = "cilium/state/ip/v1/default/10.2.200.";
@@ -70,17 +54,7 @@ fn agent_entries(agent: &Agent) -> Option<BTreeMap<String, u32>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_agent_converges_on_etcd_through_random_kills() {
-    let seed = std::env::var("WEFT_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    println!("WEFT_FAULT_SEED={seed}");
+    let seed = support::faults::seed();
     let mut rng = Rng(seed);
     let local = Etcd::start().await;
     let remote = Arc::new(Etcd::start().await);

@@ -11,29 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{eventually, seed_cluster, Etcd, Lab, Proxy};
+use support::{eventually, seed_cluster, Etcd, Lab, Proxy, Rng};
 use weft::clustermesh::{Resource, Value};
 use weft::model::{decode_json, ClusterService, Identity, IpIdentityPair, Node};
-
-/// A small deterministic generator: the run is replayable from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from))
-    }
-}
 
 /// What etcd holds of cluster c2, decoded as the mesh decodes it.
 async fn etcd_view(etcd: &Etcd) -> BTreeMap<String, Value> {
@@ -77,17 +57,7 @@ fn mesh_view(lab: &Lab) -> BTreeMap<String, Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_mesh_converges_on_etcd_through_random_faults() {
-    let seed = std::env::var("WEFT_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    println!("fault injection seed {seed} (WEFT_FAULT_SEED={seed} replays it)");
+    let seed = support::faults::seed();
     let mut rng = Rng(seed);
 
     let mut etcd = Etcd::start().await;

@@ -253,6 +253,38 @@ impl Etcd {
         self.client().await.delete(key, None).await.unwrap();
     }
 
+    /// Reads every key under each of `prefixes` with etcd-client alone, 256 a page at
+    /// one revision per prefix: the baseline the sync benchmarks measure against. The
+    /// keys read.
+    pub async fn raw_read(&self, prefixes: &[String]) -> usize {
+        let mut c = self.client().await;
+        let mut n = 0;
+        for prefix in prefixes {
+            let end = weft::kvstore::prefix_range_end(prefix);
+            let mut key = prefix.as_bytes().to_vec();
+            let mut rev = 0;
+            loop {
+                let mut o = etcd_client::GetOptions::new()
+                    .with_range(end.clone())
+                    .with_limit(256);
+                if rev > 0 {
+                    o = o.with_revision(rev);
+                }
+                let r = c.get(key.clone(), Some(o)).await.unwrap();
+                rev = r.header().unwrap().revision();
+                n += r.kvs().len();
+                match r.kvs().last() {
+                    Some(last) if r.more() => {
+                        key = last.key().to_vec();
+                        key.push(0);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        n
+    }
+
     /// Writes many keys, 100 per transaction.
     pub async fn put_all(&self, kv: &[(String, String)]) {
         let mut c = self.client().await;

@@ -8,6 +8,7 @@ pub mod cni;
 pub mod deploy_tools;
 pub mod docs;
 mod etcd;
+pub mod faults;
 pub mod http;
 mod mesh;
 pub mod netns;
@@ -19,6 +20,7 @@ pub mod traffic;
 pub use mesh::{counts, Lab};
 
 pub use etcd::Etcd;
+pub use faults::Rng;
 pub use plugins::{cluster_sync, plugin_wasm, request};
 pub use proxy::Proxy;
 pub use tls::Pki;
