@@ -465,6 +465,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             let outcome = regenerate(
                 regeneration::host_endpoint(),
                 plugins::RegenerationReason::Restore,
+                // Its wait is logged: the host endpoint has no listing.
+                Box::new(|_, _| {}),
             )
             .await;
             let decided_by = outcome.answer.decided_by.as_deref().unwrap_or("built-in default");
@@ -720,7 +722,7 @@ fn endpoint_regeneration(
     waits: &Arc<Waits>,
 ) -> crate::endpoint::regeneration::Regenerate {
     let (mesh, plugins, waits) = (mesh.clone(), plugins.clone(), waits.clone());
-    Arc::new(move |endpoint, reason| {
+    Arc::new(move |endpoint, reason, on_wait| {
         let (mesh, plugins, mut loaded) = (mesh.clone(), plugins.clone(), loaded.clone());
         let waits = waits.clone();
         Box::pin(async move {
@@ -733,7 +735,8 @@ fn endpoint_regeneration(
                 plugins::EndpointKind::Host => Waiter::HostEndpoint,
                 _ => Waiter::Endpoint,
             };
-            let outcome = wait_for_regeneration(&mesh, &plugins, config, endpoint, reason).await;
+            let outcome =
+                wait_for_regeneration(&mesh, &plugins, config, endpoint, reason, on_wait).await;
             // Only a wait is observed: a verdict to proceed waited for nothing.
             if let Some(result) = &outcome.result {
                 waits.observe(waiter, WaitResult::of(result), started.elapsed());

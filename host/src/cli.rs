@@ -995,8 +995,13 @@ pub fn render_endpoints(rows: &[api::EndpointView]) -> String {
         ));
         out.push_str(&format!("    labels: {}\n", r.labels));
         if let Some(g) = &r.regeneration {
+            let of = if g.waiting_for.is_empty() {
+                String::new()
+            } else {
+                format!(" of {}", g.waiting_for.join(", "))
+            };
             out.push_str(&format!(
-                "    regeneration ({}): {}, {} by {}, {} ms\n",
+                "    regeneration ({}): {}, {}{of} by {}, {} ms\n",
                 g.reason, g.result, g.verdict, g.decided_by, g.waited_ms
             ));
         }

@@ -43,6 +43,10 @@ pub struct WaitOutcome {
     pub result: Option<Result<SyncReport, SyncTimeout>>,
 }
 
+/// Told once, when the policy's verdict is to wait: the answer and the clusters the
+/// wait took (by name), before it waits. What an endpoint listing shows while it waits.
+pub type OnWait = Box<dyn FnOnce(&Answer, &[&str]) + Send>;
+
 /// The hook's view of one remote cluster.
 pub fn cluster_sync(s: &ClusterStatus) -> ClusterSync {
     ClusterSync {
@@ -57,12 +61,14 @@ pub fn cluster_sync(s: &ClusterStatus) -> ClusterSync {
 
 /// Asks the policy for `endpoint`, regenerated for `reason`, and waits as it decides.
 /// The wait is bounded by the verdict's timeout, which the host has already clamped.
+/// `on_wait` learns what it waits for before it waits.
 pub async fn wait_for_regeneration(
     mesh: &ClusterMesh,
     plugins: &PluginHost,
     config: RegenerationConfig,
     endpoint: Endpoint,
     reason: RegenerationReason,
+    on_wait: OnWait,
 ) -> WaitOutcome {
     let kind = endpoint.kind;
     let request = RegenerationRequest {
@@ -81,20 +87,23 @@ pub async fn wait_for_regeneration(
             barriers,
             clusters,
         } => {
+            let wait = mesh.sync_wait(barriers, clusters);
+            let waiting_for: Vec<&str> = wait.clusters().collect();
             tracing::info!(
                 endpoint = ?kind,
                 decided_by = answer.decided_by.as_deref().unwrap_or("built-in default"),
                 ?timeout,
                 ?barriers,
-                ?clusters,
+                ?waiting_for,
                 "endpoint regeneration waits for remote state"
             );
+            on_wait(&answer, &waiting_for);
             let now = Instant::now();
             // A year stands for "no bound" where the clock cannot add the timeout.
             let deadline = now
                 .checked_add(*timeout)
                 .unwrap_or(now + Duration::from_secs(365 * 86_400));
-            Some(mesh.wait_synced_of(barriers, clusters, deadline).await)
+            Some(wait.until(deadline).await)
         }
         Verdict::Proceed | Verdict::NoOpinion => None,
     };

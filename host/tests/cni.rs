@@ -350,6 +350,24 @@ async fn a_pod_waiting_for_remote_state_is_deleted_at_once() {
     )
     .await;
     assert_eq!(waiting["reason"], "create");
+    // Once the policy has decided, the listing says what the endpoint waits for.
+    let decided = eventually("the wait is decided", Duration::from_secs(10), || {
+        regeneration_of(&agent, "slow-0/eth0").filter(|r| r["waiting_for"] == json!(["cluster2"]))
+    })
+    .await;
+    assert_eq!(decided["result"], "waiting", "{decided}");
+    assert_eq!(decided["decided_by"], "built-in default", "{decided}");
+    let listed = support::agent::weftd(&[
+        "endpoint".as_ref(),
+        "list".as_ref(),
+        "--state-dir".as_ref(),
+        agent.state.path().as_os_str(),
+    ]);
+    assert!(listed.contains("waiting, wait 1m for"), "{listed}");
+    assert!(
+        listed.contains(" of cluster2 by built-in default"),
+        "{listed}"
+    );
 
     let started = std::time::Instant::now();
     assert_eq!(cni("DEL", "slow-0", Some(&pod.path()), &conf(&agent)).1, 0);

@@ -26,7 +26,7 @@ pub use layout::{cluster_config_key, Layout, HAS_CLUSTER_CONFIG_KEY};
 pub use mesh::ClusterMesh;
 pub use resource::{Kept, Value};
 pub use status::{ClusterStatus, Counts, Synced, SyncedAfter};
-pub use wait::{PendingCluster, SyncReport, SyncTimeout};
+pub use wait::{PendingCluster, SyncReport, SyncTimeout, SyncWait};
 
 use std::sync::Arc;
 use std::time::Duration;

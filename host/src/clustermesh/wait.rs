@@ -103,7 +103,26 @@ impl ClusterMesh {
         clusters: &[String],
         deadline: Instant,
     ) -> Result<SyncReport, SyncTimeout> {
-        let mut waiters: Vec<(String, Vec<(Resource, Waiter)>)> = self
+        self.sync_wait(resources, clusters).until(deadline).await
+    }
+
+    /// The first half of [`Self::wait_synced_of`]: takes the clusters to wait for
+    /// (those named in `clusters` that are present now, all when it is empty), so the
+    /// caller can say what it waits for before it waits.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use weft::clustermesh::{ClusterMesh, Config, NoObserver, Resource};
+    /// let mesh = ClusterMesh::new(Config::default(), Arc::new(NoObserver), Default::default());
+    /// let wait = mesh.sync_wait(&[Resource::Nodes], &[]);
+    /// assert_eq!(wait.clusters().count(), 0);
+    /// let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    /// assert!(wait.until(deadline).await.unwrap().synced.is_empty());
+    /// # });
+    /// ```
+    pub fn sync_wait(&self, resources: &[Resource], clusters: &[String]) -> SyncWait {
+        let waiters = self
             .members()
             .iter()
             .filter(|c| clusters.is_empty() || clusters.iter().any(|n| **n == *c.name))
@@ -115,6 +134,37 @@ impl ClusterMesh {
                 (c.name.to_string(), w)
             })
             .collect();
+        SyncWait {
+            waiters,
+            stopping: self.shared.stopping.subscribe(),
+        }
+    }
+}
+
+/// A mesh-wide wait whose clusters are taken ([`ClusterMesh::sync_wait`]): it waits
+/// for them only, whatever joins or leaves the mesh meanwhile (one that leaves counts
+/// as disconnected).
+pub struct SyncWait {
+    waiters: Vec<(String, Vec<(Resource, Waiter)>)>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl SyncWait {
+    /// The clusters waited for, by name.
+    pub fn clusters(&self) -> impl Iterator<Item = &str> {
+        self.waiters.iter().map(|(name, _)| name.as_str())
+    }
+
+    /// Waits until each cluster taken synced or went away, or `deadline`. Once the
+    /// mesh stops, it never ends.
+    ///
+    /// # Errors
+    /// [`SyncTimeout`] naming what is still pending at the deadline.
+    pub async fn until(self, deadline: Instant) -> Result<SyncReport, SyncTimeout> {
+        let Self {
+            mut waiters,
+            mut stopping,
+        } = self;
         let all = async {
             let mut report = SyncReport::default();
             for (name, ws) in &mut waiters {
@@ -130,7 +180,6 @@ impl ClusterMesh {
             }
             report
         };
-        let mut stopping = self.shared.stopping.subscribe();
         let stopped = async move {
             let _ = stopping.wait_for(|s| *s).await;
         };

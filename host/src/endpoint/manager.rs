@@ -157,9 +157,18 @@ impl EndpointManager {
         let me = Arc::clone(self);
         let (k, w) = (key.clone(), waiting.clone());
         let mut waits = self.waits.lock().expect("waits lock");
+        // Shows, while it waits, what the policy decided it waits for.
+        let (decided, d) = (Arc::downgrade(self), key.clone());
+        let on_wait: crate::regeneration::OnWait = Box::new(move |answer, clusters| {
+            let Some(me) = decided.upgrade() else { return };
+            let mut waits = me.waits.lock().expect("waits lock");
+            if let Some((_, w)) = waits.get_mut(&d) {
+                *w = w.clone().deciding(answer, clusters);
+            }
+        });
         let task = tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let outcome = regenerate(endpoint, reason).await;
+            let outcome = regenerate(endpoint, reason, on_wait).await;
             if let Some(Err(timeout)) = &outcome.result {
                 tracing::warn!(
                     endpoint = k,
@@ -167,7 +176,14 @@ impl EndpointManager {
                     "endpoint regenerates without full remote state: its cross-cluster connections may be disrupted"
                 );
             }
-            let mut ended = w.ended(&outcome, started);
+            // As the listing showed it while it waited (what it waited for), ended.
+            let shown = me
+                .waits
+                .lock()
+                .expect("waits lock")
+                .get(&k)
+                .map(|(_, w)| w.clone());
+            let mut ended = shown.unwrap_or(w).ended(&outcome, started);
             let _op = me.ops.lock().await;
             if let Some(mut r) = me.store.get(&k) {
                 if let Some(dp) = me.datapath.get().cloned() {

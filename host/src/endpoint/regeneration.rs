@@ -6,16 +6,19 @@
 //! [`crate::regeneration::wait_for_regeneration`], after the clustermesh directory and
 //! the plugins present at start are in.
 
+use crate::plugins::Answer;
 use crate::plugins::{Endpoint, EndpointKind, RegenerationReason};
-use crate::regeneration::WaitOutcome;
+use crate::regeneration::{OnWait, WaitOutcome};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-/// Asks the policy for an endpoint and waits as it decides.
-pub type Regenerate =
-    Arc<dyn Fn(Endpoint, RegenerationReason) -> BoxFuture<'static, WaitOutcome> + Send + Sync>;
+/// Asks the policy for an endpoint and waits as it decides, telling the [`OnWait`] what
+/// it waits for.
+pub type Regenerate = Arc<
+    dyn Fn(Endpoint, RegenerationReason, OnWait) -> BoxFuture<'static, WaitOutcome> + Send + Sync,
+>;
 
 /// Switches an endpoint to the datapath the agent built, with its policy: what a
 /// regeneration does once its wait is over. Blocking (netlink, BPF).
@@ -42,6 +45,9 @@ pub struct Regeneration {
     pub result: String,
     /// How long it waited, in milliseconds (so far, while waiting).
     pub waited_ms: u64,
+    /// The remote clusters it waits (or waited) for, once the policy has decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for: Vec<String>,
     /// When it started, in seconds since the epoch.
     pub started_at: u64,
 }
@@ -55,9 +61,20 @@ impl Regeneration {
             verdict: String::new(),
             result: "waiting".into(),
             waited_ms: 0,
+            waiting_for: Vec::new(),
             started_at: SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// The same regeneration, still waiting, as the policy decided: for `clusters`.
+    pub fn deciding(self, answer: &Answer, clusters: &[&str]) -> Self {
+        Self {
+            decided_by: decided_by(answer),
+            verdict: verdict(answer),
+            waiting_for: clusters.iter().map(|c| (*c).to_owned()).collect(),
+            ..self
         }
     }
 
@@ -70,24 +87,31 @@ impl Regeneration {
             Some(Err(timeout)) => format!("timed out: {timeout}"),
         };
         Self {
-            decided_by: outcome
-                .answer
-                .decided_by
-                .clone()
-                .unwrap_or_else(|| "built-in default".into()),
-            verdict: match &outcome.answer.verdict {
-                crate::plugins::Verdict::Wait {
-                    timeout, barriers, ..
-                } => format!(
-                    "wait {} for {barriers:?}",
-                    humantime::format_duration(*timeout)
-                ),
-                v => format!("{v:?}").to_lowercase(),
-            },
+            decided_by: decided_by(&outcome.answer),
+            verdict: verdict(&outcome.answer),
             result,
             waited_ms: u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
             ..self
         }
+    }
+}
+
+fn decided_by(answer: &Answer) -> String {
+    answer
+        .decided_by
+        .clone()
+        .unwrap_or_else(|| "built-in default".into())
+}
+
+fn verdict(answer: &Answer) -> String {
+    match &answer.verdict {
+        crate::plugins::Verdict::Wait {
+            timeout, barriers, ..
+        } => format!(
+            "wait {} for {barriers:?}",
+            humantime::format_duration(*timeout)
+        ),
+        v => format!("{v:?}").to_lowercase(),
     }
 }
 

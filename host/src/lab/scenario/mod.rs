@@ -26,6 +26,7 @@ use super::spec::{NodeRef, PodRef, Spec, POD_PORT};
 use super::state::{LabState, Made};
 use super::stream::Stream;
 use super::LabError;
+use crate::endpoint::regeneration::Regeneration;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -80,13 +81,13 @@ async fn pod_ip(spec: &Spec, p: PodRef) -> Result<IpAddr, LabError> {
         .ok_or_else(|| step(&format!("pod {name}"), "not listed by its agent"))
 }
 
-/// The client's last regeneration: reason and result, once `done` says so.
+/// The client's last regeneration, as its agent lists it, once `done` says so.
 async fn regeneration(
     spec: &Spec,
     client: PodRef,
     within: Duration,
-    done: impl Fn(&str, &str) -> bool,
-) -> Option<(String, String)> {
+    done: impl Fn(&Regeneration) -> bool,
+) -> Option<Regeneration> {
     let state_dir = spec.node_dir(client.node).join("state");
     let name = Spec::pod_name(client);
     let deadline = Instant::now() + within;
@@ -95,10 +96,9 @@ async fn regeneration(
             let r = endpoints
                 .into_iter()
                 .find(|e| e.record.pod_name == name)
-                .and_then(|e| e.record.regeneration)
-                .map(|r| (r.reason, r.result));
-            if let Some((reason, result)) = r.filter(|(a, b)| done(a, b)) {
-                return Some((reason, result));
+                .and_then(|e| e.record.regeneration);
+            if let Some(r) = r.filter(|r| done(r)) {
+                return Some(r);
             }
         }
         if Instant::now() > deadline {

@@ -57,8 +57,11 @@ pub async fn plugin_reload(
         ),
     );
     let pod = PodRef { node, pod: 1 };
-    let waiting = regeneration(&spec, pod, Duration::from_secs(20), |reason, result| {
-        reason == "restore" && result == "waiting"
+    // Waiting in earnest: the policy has decided and cluster2 is among what it waits for.
+    let waiting = regeneration(&spec, pod, Duration::from_secs(20), |r| {
+        r.reason == "restore"
+            && r.result == "waiting"
+            && r.waiting_for.iter().any(|c| c == "cluster2")
     })
     .await;
     let before = plugin_state(&state_dir, PLUGIN).await;

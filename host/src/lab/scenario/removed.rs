@@ -41,8 +41,13 @@ pub async fn cluster_removed(
             Spec::node_name(node)
         ),
     );
-    let waiting = regeneration(&spec, pod, Duration::from_secs(20), |reason, result| {
-        reason == "restore" && result == "waiting"
+    // Waiting in earnest: the policy has decided and the wait took cluster2. (The
+    // listing says "waiting" from the start; removed before the agent's first read of
+    // its mesh directory, cluster2 would never be waited for.)
+    let waiting = regeneration(&spec, pod, Duration::from_secs(20), |r| {
+        r.reason == "restore"
+            && r.result == "waiting"
+            && r.waiting_for.iter().any(|c| c == "cluster2")
     })
     .await;
     if waiting.is_none() {
@@ -63,10 +68,11 @@ pub async fn cluster_removed(
     }
     // The removal's effect is bounded by the directory's rescan; the control watches
     // for as long.
-    let ended = regeneration(&spec, pod, Duration::from_secs(5), |reason, result| {
-        reason != "create" && result != "waiting"
+    let ended = regeneration(&spec, pod, Duration::from_secs(5), |r| {
+        r.reason != "create" && r.result != "waiting"
     })
-    .await;
+    .await
+    .map(|r| (r.reason, r.result));
     let took = removed.elapsed();
     // The restore's own outcome, from the agent's log: a regeneration may follow it at
     // once (cluster2's identities went with it) and take its place in the listing.

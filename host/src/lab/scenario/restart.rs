@@ -67,7 +67,7 @@ pub async fn restart(
             Spec::node_name(node)
         ),
     );
-    if regeneration(&spec, client, ETCD_PAUSE, |reason, _| reason == "restore")
+    if regeneration(&spec, client, ETCD_PAUSE, |r| r.reason == "restore")
         .await
         .is_none()
     {
@@ -77,7 +77,7 @@ pub async fn restart(
         );
     }
     tokio::time::sleep((paused + ETCD_PAUSE).saturating_duration_since(Instant::now())).await;
-    let during = regeneration(&spec, client, Duration::from_secs(2), |_, _| true).await;
+    let during = regeneration(&spec, client, Duration::from_secs(2), |_| true).await;
     frozen.thaw();
     let thawed = Instant::now();
     steps.say(
@@ -86,12 +86,12 @@ pub async fn restart(
             "cluster2's etcd thawed; the restored client was {} during the pause",
             during
                 .as_ref()
-                .map_or("not listed".to_owned(), |(_, result)| result.clone())
+                .map_or("not listed".to_owned(), |r| r.result.clone())
         ),
     );
     // The restore, or a regeneration after it (cluster2's identities arriving).
-    let switched = regeneration(&spec, client, Duration::from_secs(60), |reason, result| {
-        reason != "create" && result != "waiting"
+    let switched = regeneration(&spec, client, Duration::from_secs(60), |r| {
+        r.reason != "create" && r.result != "waiting"
     })
     .await;
     flowing_again(&streams).await;
@@ -148,7 +148,7 @@ pub async fn restart(
             .map_err(|e| step(&format!("plot {}", path.display()), e))?;
         steps.say(out, format!("plot written to {}", path.display()));
     }
-    let result = switched.map_or("not switched within 60 s".to_owned(), |(_, r)| r);
+    let result = switched.map_or("not switched within 60 s".to_owned(), |r| r.result);
     let passed = if control {
         gap >= CUT
     } else {
