@@ -244,6 +244,24 @@ pub enum PluginCommand {
 pub enum IpcacheCommand {
     /// List every resolved entry: prefix, identity, tunnel endpoint, key, source.
     List(StatusArgs),
+    /// Read a datapath generation's ipcache maps from their pins (no agent needed):
+    /// prefix, identity, tunnel endpoint, key.
+    Map(MapArgs),
+}
+
+/// `weftd ipcache map`.
+#[derive(Debug, Args)]
+pub struct MapArgs {
+    /// The bpffs directory the agent pins under.
+    #[arg(long, env = "WEFT_BPF_ROOT", default_value = "/sys/fs/bpf/weft")]
+    pub bpf_root: PathBuf,
+    /// The generation to read (the agent's is in `weftd status`); the newest pinned
+    /// when not given.
+    #[arg(long)]
+    pub generation: Option<u64>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 /// `weftd endpoint ...`.
@@ -966,6 +984,29 @@ pub fn render_ipcache(rows: &[api::IpCacheRow]) -> String {
         out.push_str(&format!(
             "{:<43} {:>10} {:<39} {:>3}  {}\n",
             r.prefix, r.identity, tunnel, r.encrypt_key, r.source
+        ));
+    }
+    out
+}
+
+/// The human view of `weftd ipcache map`.
+pub fn render_map(dump: &crate::datapath::MapDump) -> String {
+    let mut out = format!(
+        "generation {}: {} entries\n{:<43} {:>10} {:<39} {:>3}\n",
+        dump.generation,
+        dump.entries.len(),
+        "PREFIX",
+        "IDENTITY",
+        "TUNNEL ENDPOINT",
+        "KEY"
+    );
+    for e in &dump.entries {
+        let tunnel = e
+            .tunnel_endpoint
+            .map_or("-".to_owned(), |ip| ip.to_string());
+        out.push_str(&format!(
+            "{:<43} {:>10} {:<39} {:>3}\n",
+            e.prefix, e.identity, tunnel, e.encrypt_key
         ));
     }
     out

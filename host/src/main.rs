@@ -52,6 +52,13 @@ async fn run() -> anyhow::Result<()> {
                 Output::Text => print!("{}", cli::render_ipcache(&rows)),
             }
         }
+        Command::Ipcache(IpcacheCommand::Map(args)) => {
+            let dump = weft::datapath::read_ipcache(&args.bpf_root, args.generation)?;
+            match args.output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&dump)?),
+                Output::Text => print!("{}", cli::render_map(&dump)),
+            }
+        }
         Command::Endpoint(EndpointCommand::List(args)) => {
             let rows = weft::api::fetch_endpoints(&args.state_dir)
                 .await

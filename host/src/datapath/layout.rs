@@ -64,6 +64,25 @@ pub fn ipcache_key(prefix: &Prefix) -> IpcacheKey {
     Key::new(KEY_FIXED_BITS + u32::from(prefix.prefix_len()), data)
 }
 
+/// The prefix of a map key: [`ipcache_key`] read back. `None` for a key no weft
+/// writes (an unknown family, a length beyond the family's).
+///
+/// ```
+/// use weft::datapath::{ipcache_key, prefix_of};
+/// let prefix = "fd00::/64".parse().unwrap();
+/// assert_eq!(prefix_of(&ipcache_key(&prefix)), Some(prefix));
+/// ```
+pub fn prefix_of(key: &IpcacheKey) -> Option<Prefix> {
+    let data = key.data();
+    let len = u8::try_from(key.prefix_len().checked_sub(KEY_FIXED_BITS)?).ok()?;
+    let addr = match data.family {
+        FAMILY_IPV4 => IpAddr::from(<[u8; 4]>::try_from(&data.addr[..4]).ok()?),
+        FAMILY_IPV6 => IpAddr::from(data.addr),
+        _ => return None,
+    };
+    Prefix::new(addr, len)
+}
+
 /// `struct weft_remote_endpoint_info`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,6 +101,28 @@ pub struct RemoteEndpointInfo {
 
 // SAFETY: repr(C), only integers and byte arrays, no padding (4+16+2+1+1).
 unsafe impl aya::Pod for RemoteEndpointInfo {}
+
+impl RemoteEndpointInfo {
+    /// The node to tunnel to, as [`Entry::tunnel_endpoint`] had it.
+    ///
+    /// ```
+    /// use weft::datapath::RemoteEndpointInfo;
+    /// let mut v = RemoteEndpointInfo::default();
+    /// assert_eq!(v.tunnel_endpoint(), None);
+    /// v.tunnel_endpoint[..4].copy_from_slice(&[192, 0, 2, 1]);
+    /// assert_eq!(v.tunnel_endpoint(), Some("192.0.2.1".parse().unwrap()));
+    /// ```
+    pub fn tunnel_endpoint(&self) -> Option<IpAddr> {
+        if self.flags & FLAG_TUNNEL_V6 != 0 {
+            Some(IpAddr::from(self.tunnel_endpoint))
+        } else if self.tunnel_endpoint[..4] == [0; 4] {
+            None
+        } else {
+            let v4: [u8; 4] = self.tunnel_endpoint[..4].try_into().expect("four bytes");
+            Some(IpAddr::from(v4))
+        }
+    }
+}
 
 impl From<&Entry> for RemoteEndpointInfo {
     fn from(e: &Entry) -> Self {
@@ -244,5 +285,33 @@ mod tests {
             (v.sec_identity, v.key, v.flags),
             (70_000, 0xFF, FLAG_TUNNEL_V6)
         );
+        assert_eq!(v.tunnel_endpoint(), entry.tunnel_endpoint);
+    }
+
+    proptest::proptest! {
+        /// A key and a value read back from the map say what was written.
+        #[test]
+        fn keys_and_values_read_back(
+            v4 in proptest::prelude::any::<[u8; 4]>(),
+            v6 in proptest::prelude::any::<[u8; 16]>(),
+            len in 0u8..=128,
+            tunnel in proptest::option::of(proptest::prelude::any::<[u8; 4]>()),
+        ) {
+            for addr in [IpAddr::from(v4), IpAddr::from(v6)] {
+                let len = if addr.is_ipv4() { len % 33 } else { len };
+                let prefix = Prefix::new(addr, len).unwrap();
+                proptest::prop_assert_eq!(prefix_of(&ipcache_key(&prefix)), Some(prefix));
+            }
+            // 0.0.0.0 is "no tunnel" in the map, as in the C side.
+            let tunnel = tunnel.filter(|t| *t != [0; 4]).map(IpAddr::from);
+            let entry = Entry {
+                identity: 1,
+                tunnel_endpoint: tunnel,
+                encrypt_key: 0,
+                source: crate::ipcache::Source::ClusterMesh,
+                k8s: None,
+            };
+            proptest::prop_assert_eq!(RemoteEndpointInfo::from(&entry).tunnel_endpoint(), tunnel);
+        }
     }
 }

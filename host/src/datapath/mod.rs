@@ -19,6 +19,7 @@
 //! program with the old map or the new with the new, never a half-filled map. A
 //! generation no link uses any more is unpinned, and the kernel frees it.
 
+mod dump;
 mod endpoint;
 mod layout;
 mod map_writer;
@@ -26,9 +27,10 @@ mod netns;
 mod node;
 mod objects;
 
+pub use dump::{read_ipcache, MapDump, MapEntry};
 pub use endpoint::{policy_entries, FROM_ENDPOINT, MAX_POLICY_ENTRIES, TO_ENDPOINT};
 pub use layout::{
-    ipcache_key, DatapathConfig, EndpointInfo, IpcacheKey, IpcacheKeyData, PolicyKey,
+    ipcache_key, prefix_of, DatapathConfig, EndpointInfo, IpcacheKey, IpcacheKeyData, PolicyKey,
     RemoteEndpointInfo, CONFIG_NODE_ENCRYPTION, DIR_EGRESS, DIR_INGRESS, ENDPOINT_EGRESS_ENFORCED,
     ENDPOINT_INGRESS_ENFORCED, FAMILY_IPV4, FAMILY_IPV6, FLAG_TUNNEL_V6, IPCACHE_MAX_ENTRIES,
     KEY_FIXED_BITS,

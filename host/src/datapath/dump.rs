@@ -1,0 +1,108 @@
+//! A generation's ipcache read back from its pins, with or without an agent running:
+//! what `weftd ipcache map` shows, and how the fault tests hold the maps to the
+//! ipcache.
+
+use super::layout::{prefix_of, IpcacheKey, IpcacheKeyData, RemoteEndpointInfo};
+use super::{generations, Error, IPCACHE_HOSTS_MAP, IPCACHE_MAP};
+use aya::maps::{HashMap, LpmTrie, Map, MapData};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::path::Path;
+
+/// A generation's ipcache maps, both of them, as one list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapDump {
+    /// The generation read.
+    pub generation: u64,
+    /// Its entries, sorted by prefix (the hosts map's and the trie's together).
+    pub entries: Vec<MapEntry>,
+}
+
+/// One entry of a generation's ipcache maps, in the ipcache's terms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapEntry {
+    /// The prefix, `addr/len`.
+    pub prefix: String,
+    /// The security identity.
+    pub identity: u32,
+    /// The node to tunnel to.
+    pub tunnel_endpoint: Option<IpAddr>,
+    /// The encryption key index (0 = none).
+    pub encrypt_key: u8,
+}
+
+/// Reads generation `generation` (the newest pinned under `root` when `None`).
+///
+/// ```no_run
+/// let dump = weft::datapath::read_ipcache("/sys/fs/bpf/weft".as_ref(), None).unwrap();
+/// for e in &dump.entries {
+///     println!("{} {}", e.prefix, e.identity);
+/// }
+/// ```
+///
+/// # Errors
+/// [`Error::Bpffs`] when no such generation is pinned, [`Error::Map`] when a map
+/// cannot be opened or read, or holds a key weft does not write.
+pub fn read_ipcache(root: &Path, generation: Option<u64>) -> Result<MapDump, Error> {
+    let pinned = generations(root);
+    let (generation, dir) = match generation {
+        Some(g) => pinned.get_key_value(&g),
+        None => pinned.last_key_value(),
+    }
+    .ok_or_else(|| Error::Bpffs {
+        path: root.into(),
+        reason: match generation {
+            Some(g) => format!("no generation {g} pinned"),
+            None => "no generation pinned".into(),
+        },
+    })?;
+    let open = |name: &'static str| {
+        let map_err = move |e: &dyn std::fmt::Display| Error::Map {
+            map: format!("{}/{name}", dir.display()),
+            reason: e.to_string(),
+        };
+        MapData::from_pin(dir.join(name))
+            .and_then(Map::from_map_data)
+            .map_err(|e| map_err(&e))
+            .map(|m| (m, map_err))
+    };
+    let mut entries = Vec::new();
+    let mut push = |key: &IpcacheKey, info: RemoteEndpointInfo| {
+        let prefix = prefix_of(key).ok_or_else(|| {
+            format!(
+                "a key weft does not write: family {}, length {}",
+                key.data().family,
+                key.prefix_len()
+            )
+        })?;
+        entries.push((
+            prefix,
+            MapEntry {
+                prefix: prefix.to_string(),
+                identity: info.sec_identity,
+                tunnel_endpoint: info.tunnel_endpoint(),
+                encrypt_key: info.key,
+            },
+        ));
+        Ok::<_, String>(())
+    };
+    let (map, map_err) = open(IPCACHE_HOSTS_MAP)?;
+    let hosts: HashMap<_, IpcacheKey, RemoteEndpointInfo> =
+        HashMap::try_from(map).map_err(|e| map_err(&e))?;
+    for item in hosts.iter() {
+        let (key, info) = item.map_err(|e| map_err(&e))?;
+        push(&key, info).map_err(|e| map_err(&e))?;
+    }
+    let (map, map_err) = open(IPCACHE_MAP)?;
+    let prefixes: LpmTrie<_, IpcacheKeyData, RemoteEndpointInfo> =
+        LpmTrie::try_from(map).map_err(|e| map_err(&e))?;
+    for item in prefixes.iter() {
+        let (key, info) = item.map_err(|e| map_err(&e))?;
+        push(&key, info).map_err(|e| map_err(&e))?;
+    }
+    entries.sort_by_key(|(prefix, _)| *prefix);
+    Ok(MapDump {
+        generation: *generation,
+        entries: entries.into_iter().map(|(_, e)| e).collect(),
+    })
+}
