@@ -90,10 +90,10 @@ fn agent_entries(agent: &Agent) -> Option<BTreeMap<String, u32>> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_agent_converges_on_etcd_through_random_kills() {
+async fn the_agent_converges_on_etcd_through_random_kills_and_local_etcd_loss() {
     let seed = support::faults::seed();
     let mut rng = Rng(seed);
-    let local = Etcd::start().await;
+    let mut local = Etcd::start().await;
     let remote = Arc::new(Etcd::start().await);
     // Enough keys that a kill can land in the middle of the initial lists.
     support::seed_cluster(&remote, "c2", 2, 2_000).await;
@@ -105,19 +105,30 @@ async fn the_agent_converges_on_etcd_through_random_kills() {
         ip_json(&format!("10.2.200.{host}"), id)
     });
 
-    let kills = 8;
-    let mut log = Vec::new();
-    for i in 0..kills {
+    let faults = 10;
+    let (mut log, mut kills) = (Vec::new(), 0);
+    for i in 0..faults {
         // From at once (before its first list) to well into its watches.
         let after = Duration::from_millis(rng.below(2_500));
         tokio::time::sleep(after).await;
-        agent.kill();
-        log.push(format!("kill {i} after {after:?}"));
-        agent.start_again(&[]);
+        if rng.below(4) == 0 {
+            // The local etcd lost (its data gone): the agent must publish its node
+            // again, on a new lease, while the remote cluster goes on.
+            local.restart_empty().await;
+            log.push(format!("local etcd lost after {after:?}"));
+        } else {
+            agent.kill();
+            kills += 1;
+            log.push(format!("kill {i} after {after:?}"));
+            agent.start_again(&[]);
+        }
     }
     stop.store(true, Ordering::Relaxed);
     let writes = writer.await.unwrap();
-    println!("{} kills during {writes} writes: {}", kills, log.join(", "));
+    println!(
+        "{faults} faults ({kills} kills) during {writes} writes: {}",
+        log.join(", ")
+    );
 
     // Converged: every entry of etcd's range with its identity, and nothing else.
     let want = etcd_entries(&remote).await;
@@ -135,6 +146,25 @@ async fn the_agent_converges_on_etcd_through_random_kills() {
     )
     .await;
     assert_eq!(got.len(), want.len());
+    // Its node is on the local etcd, whichever etcd that is now, on a lease.
+    let key = "cilium/state/nodes/v1/c1/c1-node";
+    support::within(
+        "the node record on the local etcd",
+        Duration::from_secs(30),
+        async {
+            loop {
+                let mut c = local.client().await;
+                if let Ok(r) = c.get(key, None).await {
+                    if r.kvs().first().is_some_and(|kv| kv.lease() != 0) {
+                        return;
+                    }
+                }
+                // The polling pace: etcd has no event for "written by the agent".
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
 
     // The last life released each of c2's barriers exactly once.
     let text = agent.log();

@@ -1,8 +1,11 @@
 //! Fault injection against a real etcd: while a writer keeps putting and deleting
 //! entries, the remote etcd is frozen and thawed, killed and restarted (at random
 //! points of the mesh's lists, which are paged small, and of its watches), the mesh is
-//! partitioned from it while it compacts, and the cluster's config file flaps. After the last fault
-//! the mesh must converge on etcd key by key, with each barrier released exactly once.
+//! partitioned from it while it compacts, the cluster's config file flaps, and the
+//! cluster's ID changes (refused, then put back and the cluster re-added). After the
+//! last fault the mesh must converge on etcd key by key, with each barrier released
+//! exactly once since the cluster was last added (and at most once per addition
+//! before: one refused mid-sync never releases).
 //! The seed is printed (`WEFT_FAULT_SEED` replays a run); so are the faults injected.
 
 mod support;
@@ -11,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{eventually, seed_cluster, Etcd, Lab, Proxy, Rng};
+use support::{eventually, put_cluster_config, seed_cluster, Etcd, Lab, Proxy, Rng};
 use weft::clustermesh::{Resource, Value};
 use weft::model::{decode_json, ClusterService, Identity, IpIdentityPair, Node};
 
@@ -62,6 +65,7 @@ async fn the_mesh_converges_on_etcd_through_random_faults() {
 
     let mut etcd = Etcd::start().await;
     seed_cluster(&etcd, "c2", 2, 150).await;
+    put_cluster_config(&etcd, "c2", r#"{"id":2}"#).await;
     // Pages of 16 keys: a list takes dozens of requests, so faults land inside lists.
     let lab = Lab::start(16);
     // The mesh reads through a proxy that a partition cuts; the writer does not.
@@ -110,10 +114,12 @@ async fn the_mesh_converges_on_etcd_through_random_faults() {
 
     let mut injected: BTreeMap<&str, u32> = BTreeMap::new();
     let mut flaps = 0;
+    let mut added = 1;
+    let mut before_last_add = [0; 4];
     for n in 0..13 {
         tokio::time::sleep(rng.millis(0, 1_200)).await;
         // The last is always a partition: no later reconnection can hide a missed drain.
-        let kind = if n == 12 { 2 } else { rng.below(4) };
+        let kind = if n == 12 { 2 } else { rng.below(5) };
         let fault = match kind {
             0 => {
                 etcd.pause();
@@ -144,6 +150,25 @@ async fn the_mesh_converges_on_etcd_through_random_faults() {
                 proxy.restore();
                 "partition with compaction"
             }
+            3 => {
+                // The cluster says it is another: refused, whatever else goes on,
+                // until its config is put back and it is removed and added again.
+                put_cluster_config(&etcd, "c2", r#"{"id":7}"#).await;
+                let s = lab.until_error("c2", "changed from 2 to 7").await;
+                assert!(!s.connected, "refused: {s:?}");
+                put_cluster_config(&etcd, "c2", r#"{"id":2}"#).await;
+                lab.remove("c2");
+                eventually("c2 removed", Duration::from_secs(30), || {
+                    lab.status_of("c2").is_none().then_some(())
+                })
+                .await;
+                // Released by the additions before (at most once each: one refused
+                // mid-sync never released).
+                before_last_add = Resource::ALL.map(|r| lab.calls(r));
+                lab.add("c2", &proxy.url());
+                added += 1;
+                "cluster ID change"
+            }
             _ => {
                 flaps += 1;
                 let file = format!("endpoints:\n- {}\n# flap {flaps}\n", proxy.url());
@@ -164,8 +189,13 @@ async fn the_mesh_converges_on_etcd_through_random_faults() {
         || (mesh_view(&lab) == want).then_some(()),
     )
     .await;
-    for r in Resource::ALL {
-        assert_eq!(lab.calls(r), 1, "{r}: released exactly once");
+    for (r, before) in Resource::ALL.into_iter().zip(before_last_add) {
+        assert_eq!(
+            lab.calls(r),
+            before + 1,
+            "{r}: released exactly once since the cluster was last added"
+        );
+        assert!(before < added, "{r}: at most once per addition before");
     }
     let total: u32 = injected.values().sum();
     println!(
