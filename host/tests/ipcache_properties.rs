@@ -104,6 +104,15 @@ fn apply(ops: &[Op]) -> BTreeMap<String, View> {
         entries.len(),
         "the entry count agrees with the entries"
     );
+    let mut by_source = std::collections::BTreeMap::new();
+    for (_, e) in &entries {
+        *by_source.entry(e.source).or_insert(0) += 1;
+    }
+    assert_eq!(
+        cache.len_by_source(),
+        by_source,
+        "the count by source agrees with the entries"
+    );
     entries
         .into_iter()
         .map(|(p, e)| {

@@ -36,22 +36,24 @@ pub struct Upserted {
     pub shadowed_by: Option<Source>,
 }
 
-#[derive(Debug, Default)]
-struct PrefixState {
-    /// Sorted by [`sort_key`]. Not inline: a map of half a million prefixes has a
-    /// million slots, and a slot holding the fact costs more than the allocation.
-    facts: Vec<(Owner, Fact)>,
-    resolved: Option<Entry>,
-    /// The local identity this prefix holds a reference to. Tracked apart from the
-    /// entry: an explicit identity from a remote cluster may have the same number.
-    local_id: Option<u32>,
-}
+/// One prefix's facts, sorted by [`sort_key`]. Its entry is not kept: it is resolved
+/// again when asked (a pure function of the facts and the prefix's local identity).
+/// At half a million prefixes the map has a million slots, half of them empty, so
+/// every byte of a slot counts twice: a boxed slice (no capacity) and no entry make a
+/// slot 40 bytes rather than 88. Not inline either: a slot holding the fact costs
+/// more than the allocation.
+type Facts = Box<[(Owner, Fact)]>;
 
 #[derive(Default)]
 struct Inner {
-    prefixes: HashMap<Prefix, PrefixState>,
-    /// How many prefixes have a resolved entry.
-    resolved: usize,
+    prefixes: HashMap<Prefix, Facts>,
+    /// The local identity each prefix with a label-derived identity holds a reference
+    /// to. Tracked apart from the entry: an explicit identity from a remote cluster may
+    /// have the same number. Few prefixes have one, hence a map of its own.
+    local_ids: HashMap<Prefix, u32>,
+    /// How many prefixes have a resolved entry, by the source of its strongest fact
+    /// (indexed as [`Source::ALL`]): kept as entries change, since entries are not.
+    resolved: [usize; Source::ALL.len()],
     local: LocalAllocator,
     listeners: Vec<Arc<dyn Listener>>,
 }
@@ -80,26 +82,23 @@ impl IpCache {
     /// States `fact` about `prefix` for `owner`, replacing what that owner said before.
     pub fn upsert(&self, prefix: Prefix, owner: Owner, fact: Fact) -> Upserted {
         let mut inner = self.lock();
-        let state = inner.prefixes.entry(prefix).or_default();
-        let shadowed_by = state
-            .facts
+        let facts = inner.prefixes.get(&prefix).map_or(&[][..], |f| &f[..]);
+        let shadowed_by = facts
             .first()
             .map(|(o, _)| o.source)
             .filter(|s| *s > owner.source);
-        match state
-            .facts
-            .binary_search_by(|(o, _)| sort_key(o).cmp(&sort_key(&owner)))
-        {
-            Ok(i) if state.facts[i].1 == fact => return Upserted { shadowed_by },
-            Ok(i) => state.facts[i].1 = fact,
-            Err(i) => {
-                // A second owner and more: grow one slot at a time rather than by
-                // doubling.
-                state.facts.reserve_exact(1);
-                state.facts.insert(i, (owner, fact));
-            }
+        let at = facts.binary_search_by(|(o, _)| sort_key(o).cmp(&sort_key(&owner)));
+        if matches!(at, Ok(i) if facts[i].1 == fact) {
+            return Upserted { shadowed_by };
         }
-        inner.re_resolve(prefix);
+        inner.change(prefix, |facts| match at {
+            Ok(i) => facts[i].1 = fact,
+            Err(i) => {
+                // Exactly one more: the slice is boxed again without a reallocation.
+                facts.reserve_exact(1);
+                facts.insert(i, (owner, fact));
+            }
+        });
         Upserted { shadowed_by }
     }
 
@@ -113,19 +112,17 @@ impl IpCache {
     /// returns it.
     pub fn take(&self, prefix: Prefix, owner: &Owner) -> Option<Fact> {
         let mut inner = self.lock();
-        let state = inner.prefixes.get_mut(&prefix)?;
-        let i = state
-            .facts
+        let i = inner
+            .prefixes
+            .get(&prefix)?
             .binary_search_by(|(o, _)| sort_key(o).cmp(&sort_key(owner)))
             .ok()?;
-        let (_, fact) = state.facts.remove(i);
-        inner.re_resolve(prefix);
-        Some(fact)
+        Some(inner.change(prefix, |facts| facts.remove(i).1))
     }
 
     /// The resolved entry of exactly `prefix`.
     pub fn lookup(&self, prefix: Prefix) -> Option<Entry> {
-        self.lock().prefixes.get(&prefix)?.resolved.clone()
+        self.lock().entry(prefix)
     }
 
     /// Every resolved entry, sorted by prefix.
@@ -133,8 +130,8 @@ impl IpCache {
         let inner = self.lock();
         let mut all: Vec<(Prefix, Entry)> = inner
             .prefixes
-            .iter()
-            .filter_map(|(p, s)| s.resolved.clone().map(|e| (*p, e)))
+            .keys()
+            .filter_map(|p| Some((*p, inner.entry(*p)?)))
             .collect();
         all.sort_by_key(|(p, _)| *p);
         all
@@ -142,25 +139,17 @@ impl IpCache {
 
     /// The number of resolved entries.
     pub fn len(&self) -> usize {
-        self.lock()
-            .prefixes
-            .values()
-            .filter(|s| s.resolved.is_some())
-            .count()
+        self.lock().resolved.iter().sum()
     }
 
     /// The number of resolved entries by the source of their strongest fact.
     pub fn len_by_source(&self) -> std::collections::BTreeMap<Source, usize> {
-        let mut by = std::collections::BTreeMap::new();
-        for e in self
-            .lock()
-            .prefixes
-            .values()
-            .filter_map(|s| s.resolved.as_ref())
-        {
-            *by.entry(e.source).or_default() += 1;
-        }
-        by
+        let resolved = self.lock().resolved;
+        Source::ALL
+            .into_iter()
+            .zip(resolved)
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 
     /// Whether there is no resolved entry.
@@ -193,41 +182,60 @@ impl IpCache {
 }
 
 fn replay(inner: &Inner, listener: &dyn Listener) {
-    for (prefix, state) in &inner.prefixes {
-        if let Some(entry) = &state.resolved {
+    for prefix in inner.prefixes.keys() {
+        if let Some(entry) = inner.entry(*prefix) {
             listener.on_change(&Change {
                 prefix: *prefix,
                 old: None,
-                new: Some(entry),
+                new: Some(&entry),
             });
         }
     }
 }
 
 impl Inner {
-    /// Resolves `prefix` again and tells the listeners when the entry changed.
-    fn re_resolve(&mut self, prefix: Prefix) {
-        let state = self.prefixes.get_mut(&prefix).expect("prefix present");
-        let mut next = resolve(&state.facts);
-        // Acquire before releasing, so an unchanged label set keeps its number.
-        let old_local = state.local_id.take();
-        if let Some((IdentitySpec::Local(labels), entry)) = &mut next {
-            entry.identity = self.local.acquire(labels);
-            state.local_id = Some(entry.identity);
+    /// The entry of `prefix`, resolved from its facts now.
+    fn entry(&self, prefix: Prefix) -> Option<Entry> {
+        let (spec, mut entry) = resolve(self.prefixes.get(&prefix)?)?;
+        if let IdentitySpec::Local(_) = spec {
+            entry.identity = *self.local_ids.get(&prefix)?;
         }
+        Some(entry)
+    }
+
+    /// Changes the facts of `prefix` with `f` (made empty when there are none), then
+    /// resolves it again and tells the listeners when the entry changed.
+    fn change<R>(&mut self, prefix: Prefix, f: impl FnOnce(&mut Vec<(Owner, Fact)>) -> R) -> R {
+        let old = self.entry(prefix);
+        let facts = self.prefixes.entry(prefix).or_default();
+        let mut changed = Vec::from(std::mem::take(facts));
+        let result = f(&mut changed);
+        *facts = changed.into_boxed_slice();
+        let next = resolve(facts);
+        let empty = facts.is_empty();
+        // Acquire before releasing, so an unchanged label set keeps its number.
+        let old_local = self.local_ids.remove(&prefix);
+        let new = next.map(|(spec, mut entry)| {
+            if let IdentitySpec::Local(labels) = &spec {
+                entry.identity = self.local.acquire(labels);
+                self.local_ids.insert(prefix, entry.identity);
+            }
+            entry
+        });
         if let Some(id) = old_local {
             self.local.release(id);
         }
-        let new = next.map(|(_, e)| e);
-        let old = std::mem::replace(&mut state.resolved, new);
-        let empty = state.facts.is_empty();
-        let new = state.resolved.as_ref();
-        self.resolved = self.resolved + usize::from(new.is_some()) - usize::from(old.is_some());
-        if old.as_ref() != new {
+        if let Some(e) = &new {
+            self.resolved[e.source.index()] += 1;
+        }
+        if let Some(e) = &old {
+            self.resolved[e.source.index()] -= 1;
+        }
+        if old != new {
             let change = Change {
                 prefix,
                 old: old.as_ref(),
-                new,
+                new: new.as_ref(),
             };
             for l in &self.listeners {
                 l.on_change(&change);
@@ -236,5 +244,6 @@ impl Inner {
         if empty {
             self.prefixes.remove(&prefix);
         }
+        result
     }
 }

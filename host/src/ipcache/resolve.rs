@@ -35,12 +35,14 @@ pub(crate) fn resolve(all: &[(Owner, Fact)]) -> Option<(IdentitySpec, Entry)> {
         all.iter()
             .filter(move |(o, _)| !(ours && o.source == Source::ClusterMesh))
     };
+    // Compared field by field: `Reserved::label` allocates, and this runs at every
+    // change of every prefix.
     let has = |r: Reserved| {
-        let label = r.label();
         facts().any(|(_, f)| {
-            f.labels
-                .as_ref()
-                .is_some_and(|l| l.iter().any(|x| *x == label))
+            f.labels.as_ref().is_some_and(|l| {
+                l.iter()
+                    .any(|x| x.source == "reserved" && x.key == r.name() && x.value.is_empty())
+            })
         })
     };
     let spec = if has(Reserved::Host) {

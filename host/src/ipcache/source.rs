@@ -47,6 +47,11 @@ impl Source {
         Source::KubeApiServer,
     ];
 
+    /// Its place in [`Source::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The established name of the source.
     pub fn name(self) -> &'static str {
         match self {
@@ -90,6 +95,13 @@ impl FromStr for Source {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_source_indexes_its_place_in_all() {
+        for (i, s) in Source::ALL.into_iter().enumerate() {
+            assert_eq!(s.index(), i, "{s}");
+        }
+    }
 
     #[test]
     fn the_established_precedence_table() {
