@@ -121,12 +121,21 @@ async fn agent_sync(etcds: &[(u32, Etcd)]) -> (Duration, u64) {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0);
-    let entries = weft::api::fetch_status(state.path())
-        .await
-        .ok()
-        .and_then(|s| s.totals)
+    let status = weft::api::fetch_status(state.path()).await.ok();
+    let entries = status
+        .as_ref()
+        .and_then(|s| s.totals.as_ref())
         .map_or(0, |t| t.ipcache);
     println!("weftd holds {entries} resolved ipcache entries");
+    // When each cluster's ipcache barrier went, from its addition: the spread says
+    // whether the clusters were served together or one after another.
+    let mut ipcache: Vec<u64> = status
+        .iter()
+        .flat_map(|s| &s.clusters)
+        .filter_map(|c| c.synced_after_ms.ipcache)
+        .collect();
+    ipcache.sort_unstable();
+    println!("ipcache barriers released after (ms, per cluster): {ipcache:?}");
     let _ = child.kill();
     let _ = child.wait();
     (took, hwm)

@@ -81,22 +81,24 @@ impl IpCache {
 
     /// States `fact` about `prefix` for `owner`, replacing what that owner said before.
     pub fn upsert(&self, prefix: Prefix, owner: Owner, fact: Fact) -> Upserted {
-        let mut inner = self.lock();
-        let facts = inner.prefixes.get(&prefix).map_or(&[][..], |f| &f[..]);
-        let shadowed_by = facts
-            .first()
-            .map(|(o, _)| o.source)
-            .filter(|s| *s > owner.source);
-        let at = facts.binary_search_by(|(o, _)| sort_key(o).cmp(&sort_key(&owner)));
-        if matches!(at, Ok(i) if facts[i].1 == fact) {
-            return Upserted { shadowed_by };
-        }
-        inner.change(prefix, |facts| match at {
-            Ok(i) => facts[i].1 = fact,
-            Err(i) => {
-                // Exactly one more: the slice is boxed again without a reallocation.
-                facts.reserve_exact(1);
-                facts.insert(i, (owner, fact));
+        let mut shadowed_by = None;
+        self.lock().change(prefix, |facts| {
+            shadowed_by = facts
+                .first()
+                .map(|(o, _)| o.source)
+                .filter(|s| *s > owner.source);
+            match facts.binary_search_by(|(o, _)| sort_key(o).cmp(&sort_key(&owner))) {
+                Ok(i) if facts[i].1 == fact => None,
+                Ok(i) => {
+                    facts[i].1 = fact;
+                    Some(())
+                }
+                Err(i) => {
+                    // Exactly one more: the slice is boxed again without a reallocation.
+                    facts.reserve_exact(1);
+                    facts.insert(i, (owner, fact));
+                    Some(())
+                }
             }
         });
         Upserted { shadowed_by }
@@ -111,13 +113,12 @@ impl IpCache {
     /// Withdraws what `owner` said about `prefix`, like [`IpCache::remove`], and
     /// returns it.
     pub fn take(&self, prefix: Prefix, owner: &Owner) -> Option<Fact> {
-        let mut inner = self.lock();
-        let i = inner
-            .prefixes
-            .get(&prefix)?
-            .binary_search_by(|(o, _)| sort_key(o).cmp(&sort_key(owner)))
-            .ok()?;
-        Some(inner.change(prefix, |facts| facts.remove(i).1))
+        self.lock().change(prefix, |facts| {
+            let i = facts
+                .binary_search_by(|(o, _)| sort_key(o).cmp(&sort_key(owner)))
+                .ok()?;
+            Some(facts.remove(i).1)
+        })
     }
 
     /// The resolved entry of exactly `prefix`.
@@ -193,56 +194,85 @@ fn replay(inner: &Inner, listener: &dyn Listener) {
     }
 }
 
+/// The entry of `prefix`, resolved from its `facts` and, for a label-derived identity,
+/// the local identity it holds (in `local_ids`).
+fn entry_of(
+    prefix: Prefix,
+    facts: &[(Owner, Fact)],
+    local_ids: &HashMap<Prefix, u32>,
+) -> Option<Entry> {
+    let (spec, mut entry) = resolve(facts)?;
+    if let IdentitySpec::Local(_) = spec {
+        entry.identity = *local_ids.get(&prefix)?;
+    }
+    Some(entry)
+}
+
 impl Inner {
     /// The entry of `prefix`, resolved from its facts now.
     fn entry(&self, prefix: Prefix) -> Option<Entry> {
-        let (spec, mut entry) = resolve(self.prefixes.get(&prefix)?)?;
-        if let IdentitySpec::Local(_) = spec {
-            entry.identity = *self.local_ids.get(&prefix)?;
-        }
-        Some(entry)
+        entry_of(prefix, self.prefixes.get(&prefix)?, &self.local_ids)
     }
 
-    /// Changes the facts of `prefix` with `f` (made empty when there are none), then
-    /// resolves it again and tells the listeners when the entry changed.
-    fn change<R>(&mut self, prefix: Prefix, f: impl FnOnce(&mut Vec<(Owner, Fact)>) -> R) -> R {
-        let old = self.entry(prefix);
-        let facts = self.prefixes.entry(prefix).or_default();
+    /// Changes the facts of `prefix` with `f` (given none when there are none; `None`
+    /// from it means nothing changed), then resolves the prefix again and tells the
+    /// listeners when its entry changed. One lookup of the prefix: this is every
+    /// remote entry's way in.
+    fn change<R>(
+        &mut self,
+        prefix: Prefix,
+        f: impl FnOnce(&mut Vec<(Owner, Fact)>) -> Option<R>,
+    ) -> Option<R> {
+        let Inner {
+            prefixes,
+            local_ids,
+            resolved,
+            local,
+            listeners,
+        } = self;
+        let facts = prefixes.entry(prefix).or_default();
+        let old = entry_of(prefix, facts, local_ids);
         let mut changed = Vec::from(std::mem::take(facts));
         let result = f(&mut changed);
         *facts = changed.into_boxed_slice();
-        let next = resolve(facts);
         let empty = facts.is_empty();
-        // Acquire before releasing, so an unchanged label set keeps its number.
-        let old_local = self.local_ids.remove(&prefix);
-        let new = next.map(|(spec, mut entry)| {
-            if let IdentitySpec::Local(labels) = &spec {
-                entry.identity = self.local.acquire(labels);
-                self.local_ids.insert(prefix, entry.identity);
-            }
-            entry
-        });
-        if let Some(id) = old_local {
-            self.local.release(id);
-        }
-        if let Some(e) = &new {
-            self.resolved[e.source.index()] += 1;
-        }
-        if let Some(e) = &old {
-            self.resolved[e.source.index()] -= 1;
-        }
-        if old != new {
-            let change = Change {
-                prefix,
-                old: old.as_ref(),
-                new: new.as_ref(),
+        if result.is_some() {
+            let next = resolve(facts);
+            // Acquire before releasing, so an unchanged label set keeps its number.
+            let old_local = if local_ids.is_empty() {
+                None
+            } else {
+                local_ids.remove(&prefix)
             };
-            for l in &self.listeners {
-                l.on_change(&change);
+            let new = next.map(|(spec, mut entry)| {
+                if let IdentitySpec::Local(labels) = &spec {
+                    entry.identity = local.acquire(labels);
+                    local_ids.insert(prefix, entry.identity);
+                }
+                entry
+            });
+            if let Some(id) = old_local {
+                local.release(id);
+            }
+            if let Some(e) = &new {
+                resolved[e.source.index()] += 1;
+            }
+            if let Some(e) = &old {
+                resolved[e.source.index()] -= 1;
+            }
+            if old != new {
+                let change = Change {
+                    prefix,
+                    old: old.as_ref(),
+                    new: new.as_ref(),
+                };
+                for l in listeners.iter() {
+                    l.on_change(&change);
+                }
             }
         }
         if empty {
-            self.prefixes.remove(&prefix);
+            prefixes.remove(&prefix);
         }
         result
     }
