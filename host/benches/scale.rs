@@ -19,6 +19,14 @@ fn clusters() -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10)
 }
+/// Rounds of (raw read, agent sync), each against the same etcds; `WEFT_SCALE_ROUNDS`.
+/// The machines are noisy: the median ratio is the figure.
+fn rounds() -> usize {
+    std::env::var("WEFT_SCALE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
 const ENTRIES: u32 = 50_000;
 const IDENTITIES: u32 = 1_000;
 const NODES: u32 = 500;
@@ -159,14 +167,28 @@ async fn main() {
         t.elapsed()
     );
 
-    let t = Instant::now();
-    let read = futures::future::join_all(etcds.iter().map(|(id, e)| raw_read_one(e, *id))).await;
-    let raw = t.elapsed();
-    assert_eq!(read.iter().sum::<usize>(), keys);
-    let (agent, hwm) = agent_sync(&etcds).await;
+    let mut ratios = Vec::new();
+    let mut peak = 0;
+    for round in 1..=rounds() {
+        let t = Instant::now();
+        let read =
+            futures::future::join_all(etcds.iter().map(|(id, e)| raw_read_one(e, *id))).await;
+        let raw = t.elapsed();
+        assert_eq!(read.iter().sum::<usize>(), keys);
+        let (agent, hwm) = agent_sync(&etcds).await;
+        let ratio = agent.as_secs_f64() / raw.as_secs_f64();
+        println!(
+            "round {round}: raw paged read of all ten {raw:.2?}, weftd add→all ready {agent:.2?}, ratio {ratio:.2}x; peak RSS {} MiB",
+            hwm / 1024
+        );
+        ratios.push(ratio);
+        peak = peak.max(hwm);
+    }
+    ratios.sort_by(f64::total_cmp);
     println!(
-        "raw paged read of all ten {raw:.2?}, weftd add→all ready {agent:.2?}, ratio {:.2}x (target <= 1.1x); peak RSS {} MiB (target < 300 MiB)",
-        agent.as_secs_f64() / raw.as_secs_f64(),
-        hwm / 1024
+        "median ratio {:.2}x of {} rounds (target <= 1.1x); peak RSS {} MiB (target < 300 MiB)",
+        ratios[ratios.len() / 2],
+        ratios.len(),
+        peak / 1024
     );
 }

@@ -56,10 +56,19 @@ impl<V> PrefixIndex<V> {
     where
         V: Default,
     {
-        if !self.map.contains_key(&prefix) {
-            self.lengths[family(&prefix)][usize::from(prefix.prefix_len())] += 1;
+        self.get_or_insert_with(prefix, V::default)
+    }
+
+    /// The value at `prefix`, made with `make` when there is none: one search of the
+    /// map either way.
+    pub fn get_or_insert_with(&mut self, prefix: Prefix, make: impl FnOnce() -> V) -> &mut V {
+        match self.map.entry(prefix) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                self.lengths[family(&prefix)][usize::from(prefix.prefix_len())] += 1;
+                e.insert(make())
+            }
         }
-        self.map.entry(prefix).or_default()
     }
 
     /// Stores `value` at `prefix`; returns what was there.

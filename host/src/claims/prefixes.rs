@@ -179,19 +179,12 @@ impl RemotePrefixes {
         match inner.check(owner, &claim) {
             Ok(()) => {
                 inner.unpark(owner);
-                match inner.held.get_mut(&claim.prefix) {
-                    Some(holder) => {
-                        if !holder.owners.as_slice().contains(owner) {
-                            holder.owners.push(owner.clone());
-                        }
-                    }
-                    None => {
-                        let holder = Holder {
-                            cluster: claim.cluster.clone(),
-                            owners: Owners::One(owner.clone()),
-                        };
-                        inner.held.insert(claim.prefix, holder);
-                    }
+                let holder = inner.held.get_or_insert_with(claim.prefix, || Holder {
+                    cluster: claim.cluster.clone(),
+                    owners: Owners::One(owner.clone()),
+                });
+                if !holder.owners.as_slice().contains(owner) {
+                    holder.owners.push(owner.clone());
                 }
                 self.ipcache.upsert(claim.prefix, owner.clone(), claim.fact);
                 Ok(())
@@ -308,7 +301,11 @@ impl Inner {
     fn cluster(&mut self, cluster: &str, id: Option<u32>) -> (Arc<str>, u32) {
         if let Some((name, known)) = self.clusters.get_key_value(cluster) {
             let (name, scope) = (name.clone(), known.scope);
-            self.clusters.insert(name.clone(), Known { id, scope });
+            // Every remote entry comes this way: the map is written only when the ID
+            // is news.
+            if known.id != id {
+                self.clusters.insert(name.clone(), Known { id, scope });
+            }
             return (name, scope);
         }
         // Scope 0 is the other sources'; a cluster's scope is never reused, so an
@@ -368,6 +365,11 @@ impl Inner {
 
     /// Forgets a held-back entry; whether there was one.
     fn unpark(&mut self, owner: &Owner) -> bool {
+        // Every admitted entry comes this way, and almost nothing is held back: an
+        // empty map is not hashed into.
+        if self.parked.is_empty() {
+            return false;
+        }
         match self.parked.remove(owner) {
             Some(before) => {
                 self.unindex_parked(owner, before.prefix);

@@ -181,7 +181,10 @@ impl RemoteCluster {
                 revision,
             } => {
                 let mut inner = self.lock();
-                inner.failing.remove(&StreamKey::Resource(r));
+                // Every value comes this way; the set is empty but after a failure.
+                if !inner.failing.is_empty() {
+                    inner.failing.remove(&StreamKey::Resource(r));
+                }
                 inner.healed();
                 if inner.stores[r.index()].unchanged_at(&key, revision) {
                     return;
