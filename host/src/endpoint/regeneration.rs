@@ -6,8 +6,7 @@
 //! [`crate::regeneration::wait_for_regeneration`], after the clustermesh directory and
 //! the plugins present at start are in.
 
-use crate::plugins::Answer;
-use crate::plugins::{Endpoint, EndpointKind, RegenerationReason};
+use crate::plugins::{Answer, Endpoint, EndpointKind, RegenerationReason};
 use crate::regeneration::{OnWait, WaitOutcome};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};

@@ -131,8 +131,8 @@ impl IpCache {
         let inner = self.lock();
         let mut all: Vec<(Prefix, Entry)> = inner
             .prefixes
-            .keys()
-            .filter_map(|p| Some((*p, inner.entry(*p)?)))
+            .iter()
+            .filter_map(|(p, facts)| Some((*p, entry_of(*p, facts, &inner.local_ids)?)))
             .collect();
         all.sort_by_key(|(p, _)| *p);
         all
@@ -183,8 +183,8 @@ impl IpCache {
 }
 
 fn replay(inner: &Inner, listener: &dyn Listener) {
-    for prefix in inner.prefixes.keys() {
-        if let Some(entry) = inner.entry(*prefix) {
+    for (prefix, facts) in &inner.prefixes {
+        if let Some(entry) = entry_of(*prefix, facts, &inner.local_ids) {
             listener.on_change(&Change {
                 prefix: *prefix,
                 old: None,
