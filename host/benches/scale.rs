@@ -76,7 +76,7 @@ async fn raw_read_one(etcd: &Etcd, id: u32) -> usize {
 
 /// A fresh `weftd`, then all ten clusters' files; the time until every cluster is
 /// ready, and the agent's peak resident memory in KiB.
-async fn agent_sync(etcds: &[(u32, Etcd)]) -> (Duration, u64) {
+async fn agent_sync(etcds: &[(u32, Etcd)]) -> (Duration, u64, Duration) {
     let state = tempfile::tempdir().unwrap();
     let mesh = tempfile::tempdir().unwrap();
     // `WEFT_AGENT_WRAPPER` runs the agent under a profiler (`heaptrack`, say).
@@ -144,9 +144,10 @@ async fn agent_sync(etcds: &[(u32, Etcd)]) -> (Duration, u64) {
         .collect();
     ipcache.sort_unstable();
     println!("ipcache barriers released after (ms, per cluster): {ipcache:?}");
+    let cpu = support::cpu_time(child.id());
     let _ = child.kill();
     let _ = child.wait();
-    (took, hwm)
+    (took, hwm, cpu)
 }
 
 #[tokio::main]
@@ -170,15 +171,21 @@ async fn main() {
     let mut ratios = Vec::new();
     let mut peak = 0;
     for round in 1..=rounds() {
-        let t = Instant::now();
+        // The etcds' CPU in each phase: whether they serve the agent more than the raw
+        // read, or the agent's own CPU is what it adds.
+        let etcd_cpu = || etcds.iter().map(|(_, e)| e.cpu_time()).sum::<Duration>();
+        let (t, before) = (Instant::now(), etcd_cpu());
         let read =
             futures::future::join_all(etcds.iter().map(|(id, e)| raw_read_one(e, *id))).await;
         let raw = t.elapsed();
+        let raw_etcd = etcd_cpu() - before;
         assert_eq!(read.iter().sum::<usize>(), keys);
-        let (agent, hwm) = agent_sync(&etcds).await;
+        let before = etcd_cpu();
+        let (agent, hwm, agent_cpu) = agent_sync(&etcds).await;
+        let agent_etcd = etcd_cpu() - before;
         let ratio = agent.as_secs_f64() / raw.as_secs_f64();
         println!(
-            "round {round}: raw paged read of all ten {raw:.2?}, weftd add→all ready {agent:.2?}, ratio {ratio:.2}x; peak RSS {} MiB",
+            "round {round}: raw paged read of all ten {raw:.2?} (etcds' CPU {raw_etcd:.2?}), weftd add→all ready {agent:.2?} (etcds' CPU {agent_etcd:.2?}, weftd's {agent_cpu:.2?}), ratio {ratio:.2}x; peak RSS {} MiB",
             hwm / 1024
         );
         ratios.push(ratio);

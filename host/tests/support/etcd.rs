@@ -176,6 +176,14 @@ impl Etcd {
         }
     }
 
+    /// The CPU time etcd has used so far (user and system), from `/proc`.
+    #[allow(dead_code)] // the benches' measure
+    pub fn cpu_time(&self) -> std::time::Duration {
+        self.child
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |c| super::cpu_time(c.id()))
+    }
+
     /// Kills etcd (SIGKILL); its data stays.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

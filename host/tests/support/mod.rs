@@ -174,6 +174,27 @@ pub async fn put_cluster_config(etcd: &Etcd, cluster: &str, json: &str) {
         .await;
 }
 
+/// The CPU time (user and system) process `pid` has used so far, from
+/// `/proc/PID/stat`; zero when it cannot be read.
+#[allow(dead_code)] // the benches' measure
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command (which may hold spaces) start after its ")".
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 after the command.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
+        .sum();
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map_or(100, |t| t as u64);
+    Duration::from_millis(ticks * 1000 / per_second.max(1))
+}
+
 /// Writes the clustermesh config file of `cluster` pointing at `url`.
 pub fn write_config_file(dir: &std::path::Path, cluster: &str, url: &str) {
     let tmp = dir.join(format!(".{cluster}.tmp"));
