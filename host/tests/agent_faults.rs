@@ -229,7 +229,7 @@ impl Drop for BpfRoot {
 
 /// What a WireGuard kill run saw.
 struct KillRun {
-    /// Device reads in which a node's peer was missing, with when and which.
+    /// Device reads in which a node's peer was missing: when, and how many.
     lost: Vec<String>,
     /// Device reads made (and unanswered).
     reads: usize,
@@ -245,14 +245,15 @@ struct Faults {
     life_ms: (u64, u64),
 }
 
-/// Kills (SIGKILL, or a third of the time SIGTERM) and restarts `agent` at random
-/// points, freezing or thawing the remote etcd at random before each restart, and reads the device every 20 ms throughout: every
-/// node's peer must be on it at every read.
+/// Kills (SIGKILL, or a third of the time SIGTERM) and restarts the agent at random
+/// points, freezing or thawing the remote etcd at random before each restart, and
+/// reads the device every 20 ms throughout: every node's peer must be on it at every
+/// read.
 async fn kill_run(run: &mut WireGuardRun, rng: &mut Rng, how: Faults) -> KillRun {
     let flags: Vec<&OsStr> = run.flags.iter().map(OsString::as_os_str).collect();
     let (agent, remote, dev) = (&mut run.agent, &run.remote, &run.dev);
     let want: BTreeSet<String> = (1..=NODES).map(node_key).collect();
-    let mut run = KillRun {
+    let mut seen = KillRun {
         lost: Vec::new(),
         reads: 0,
         unanswered: 0,
@@ -291,12 +292,12 @@ async fn kill_run(run: &mut WireGuardRun, rng: &mut Rng, how: Faults) -> KillRun
         faults.push(format!("{how_ended} {i}, next life {life:?}"));
         let until = Instant::now() + life;
         while Instant::now() < until {
-            run.reads += 1;
+            seen.reads += 1;
             match device_keys(dev) {
                 Some(keys) => {
                     let missing: Vec<&String> = want.difference(&keys).collect();
                     if !missing.is_empty() {
-                        run.lost.push(format!(
+                        seen.lost.push(format!(
                             "{:?} into the run (life {i}, etcd {}): {} peers missing",
                             started.elapsed(),
                             if frozen { "frozen" } else { "thawed" },
@@ -304,7 +305,7 @@ async fn kill_run(run: &mut WireGuardRun, rng: &mut Rng, how: Faults) -> KillRun
                         ));
                     }
                 }
-                None => run.unanswered += 1,
+                None => seen.unanswered += 1,
             }
             // The reading pace, not a synchronisation.
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -315,7 +316,7 @@ async fn kill_run(run: &mut WireGuardRun, rng: &mut Rng, how: Faults) -> KillRun
         faults.push("thawed remote etcd".into());
     }
     println!("faults: {}", faults.join(", "));
-    run
+    seen
 }
 
 /// cluster1's agent with WireGuard and the BPF datapath in a namespace of its own,
