@@ -157,13 +157,16 @@ impl EndpointManager {
         let me = Arc::clone(self);
         let (k, w) = (key.clone(), waiting.clone());
         let mut waits = self.waits.lock().expect("waits lock");
-        // Shows, while it waits, what the policy decided it waits for.
+        // Shows, while it waits, what the policy decided it waits for: in its own
+        // entry only (a regeneration that replaced it is another task).
         let (decided, d) = (Arc::downgrade(self), key.clone());
         let on_wait: crate::regeneration::OnWait = Box::new(move |answer, clusters| {
             let Some(me) = decided.upgrade() else { return };
             let mut waits = me.waits.lock().expect("waits lock");
-            if let Some((_, w)) = waits.get_mut(&d) {
-                *w = w.clone().deciding(answer, clusters);
+            if let Some((task, w)) = waits.get_mut(&d) {
+                if Some(task.id()) == tokio::task::try_id() {
+                    *w = w.clone().deciding(answer, clusters);
+                }
             }
         });
         let task = tokio::spawn(async move {
