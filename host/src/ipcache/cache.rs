@@ -113,7 +113,12 @@ impl IpCache {
     /// Withdraws what `owner` said about `prefix`, like [`IpCache::remove`], and
     /// returns it.
     pub fn take(&self, prefix: Prefix, owner: &Owner) -> Option<Fact> {
-        self.lock().change(prefix, |facts| {
+        let mut inner = self.lock();
+        // `change` makes a slot for an unknown prefix: a withdrawal must not grow the map.
+        if !inner.prefixes.contains_key(&prefix) {
+            return None;
+        }
+        inner.change(prefix, |facts| {
             let i = facts
                 .binary_search_by(|(o, _)| sort_key(o).cmp(&sort_key(owner)))
                 .ok()?;
