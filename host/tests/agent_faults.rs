@@ -416,23 +416,24 @@ async fn every_peer_on(dev: &str) {
 /// answer. The maps are read from their pins with `weftd ipcache map`.
 fn ipcache_and_maps(run: &WireGuardRun) -> Option<(Vec<Value>, Vec<Value>)> {
     let generation = run.agent.status_json()?["datapath"]["generation"].as_u64()?;
-    let rows = |v: &Value, entries: &str| -> Option<Vec<Value>> {
-        let list = if entries.is_empty() { v } else { &v[entries] };
-        Some(
-            list.as_array()?
-                .iter()
-                .map(|r| {
-                    json!([
-                        r["prefix"],
-                        r["identity"],
-                        r["tunnel_endpoint"],
-                        r["encrypt_key"]
-                    ])
-                })
-                .collect(),
-        )
+    // (prefix, identity, tunnel endpoint, key) of each row, sorted by prefix.
+    let rows = |list: &Value| -> Option<Vec<Value>> {
+        let mut rows: Vec<Value> = list
+            .as_array()?
+            .iter()
+            .map(|r| {
+                json!([
+                    r["prefix"],
+                    r["identity"],
+                    r["tunnel_endpoint"],
+                    r["encrypt_key"]
+                ])
+            })
+            .collect();
+        rows.sort_by_key(|r| r[0].as_str().unwrap_or_default().to_owned());
+        Some(rows)
     };
-    let ipcache = rows(&run.agent.json(&["ipcache", "list"])?, "")?;
+    let ipcache = rows(&run.agent.json(&["ipcache", "list"])?)?;
     let out = std::process::Command::new(support::agent::WEFTD)
         .args(["ipcache", "map", "-o", "json", "--generation"])
         .arg(generation.to_string())
@@ -442,11 +443,7 @@ fn ipcache_and_maps(run: &WireGuardRun) -> Option<(Vec<Value>, Vec<Value>)> {
         .ok()?;
     let map: Value = serde_json::from_slice(&out.stdout).ok()?;
     assert_eq!(map["generation"], generation);
-    let mut maps = rows(&map, "entries")?;
-    let mut ipcache = ipcache;
-    let key = |r: &Value| r[0].as_str().unwrap_or_default().to_owned();
-    ipcache.sort_by_key(key);
-    maps.sort_by_key(key);
+    let maps = rows(&map["entries"])?;
     Some((ipcache, maps))
 }
 

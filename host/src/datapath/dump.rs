@@ -4,6 +4,7 @@
 
 use super::layout::{prefix_of, IpcacheKey, IpcacheKeyData, RemoteEndpointInfo};
 use super::{generations, Error, IPCACHE_HOSTS_MAP, IPCACHE_MAP};
+use crate::ipcache::Prefix;
 use aya::maps::{HashMap, LpmTrie, Map, MapData};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -56,53 +57,49 @@ pub fn read_ipcache(root: &Path, generation: Option<u64>) -> Result<MapDump, Err
             None => "no generation pinned".into(),
         },
     })?;
-    let open = |name: &'static str| {
-        let map_err = move |e: &dyn std::fmt::Display| Error::Map {
-            map: format!("{}/{name}", dir.display()),
-            reason: e.to_string(),
-        };
+    let map_err = |name: &str, e: &dyn std::fmt::Display| Error::Map {
+        map: format!("{}/{name}", dir.display()),
+        reason: e.to_string(),
+    };
+    let open = |name: &str| {
         MapData::from_pin(dir.join(name))
             .and_then(Map::from_map_data)
-            .map_err(|e| map_err(&e))
-            .map(|m| (m, map_err))
+            .map_err(|e| map_err(name, &e))
     };
     let mut entries = Vec::new();
-    let mut push = |key: &IpcacheKey, info: RemoteEndpointInfo| {
-        let prefix = prefix_of(key).ok_or_else(|| {
-            format!(
-                "a key weft does not write: family {}, length {}",
-                key.data().family,
-                key.prefix_len()
-            )
-        })?;
-        entries.push((
-            prefix,
-            MapEntry {
-                prefix: prefix.to_string(),
-                identity: info.sec_identity,
-                tunnel_endpoint: info.tunnel_endpoint(),
-                encrypt_key: info.key,
-            },
-        ));
-        Ok::<_, String>(())
-    };
-    let (map, map_err) = open(IPCACHE_HOSTS_MAP)?;
     let hosts: HashMap<_, IpcacheKey, RemoteEndpointInfo> =
-        HashMap::try_from(map).map_err(|e| map_err(&e))?;
+        HashMap::try_from(open(IPCACHE_HOSTS_MAP)?).map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?;
     for item in hosts.iter() {
-        let (key, info) = item.map_err(|e| map_err(&e))?;
-        push(&key, info).map_err(|e| map_err(&e))?;
+        let e = item.map_err(|e| e.to_string()).and_then(entry);
+        entries.push(e.map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?);
     }
-    let (map, map_err) = open(IPCACHE_MAP)?;
     let prefixes: LpmTrie<_, IpcacheKeyData, RemoteEndpointInfo> =
-        LpmTrie::try_from(map).map_err(|e| map_err(&e))?;
+        LpmTrie::try_from(open(IPCACHE_MAP)?).map_err(|e| map_err(IPCACHE_MAP, &e))?;
     for item in prefixes.iter() {
-        let (key, info) = item.map_err(|e| map_err(&e))?;
-        push(&key, info).map_err(|e| map_err(&e))?;
+        let e = item.map_err(|e| e.to_string()).and_then(entry);
+        entries.push(e.map_err(|e| map_err(IPCACHE_MAP, &e))?);
     }
     entries.sort_by_key(|(prefix, _)| *prefix);
     Ok(MapDump {
         generation: *generation,
         entries: entries.into_iter().map(|(_, e)| e).collect(),
     })
+}
+
+/// One map row in the ipcache's terms, with its prefix to sort by.
+fn entry((key, info): (IpcacheKey, RemoteEndpointInfo)) -> Result<(Prefix, MapEntry), String> {
+    let prefix = prefix_of(&key).ok_or_else(|| {
+        format!(
+            "a key weft does not write: family {}, length {}",
+            key.data().family,
+            key.prefix_len()
+        )
+    })?;
+    let row = MapEntry {
+        prefix: prefix.to_string(),
+        identity: info.sec_identity,
+        tunnel_endpoint: info.tunnel_endpoint(),
+        encrypt_key: info.key,
+    };
+    Ok((prefix, row))
 }

@@ -399,9 +399,7 @@ fn owned_key_string(key: Vec<u8>) -> Result<String, Error> {
 }
 
 fn key_string(key: &[u8]) -> Result<String, Error> {
-    String::from_utf8(key.to_vec()).map_err(|_| Error::KeyNotUtf8 {
-        key: String::from_utf8_lossy(key).into_owned(),
-    })
+    owned_key_string(key.to_vec())
 }
 
 #[cfg(test)]
