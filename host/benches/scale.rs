@@ -27,6 +27,27 @@ fn rounds() -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3)
 }
+/// Whether the etcds share every CPU with the reader (`WEFT_SCALE_SHARED=1`). By
+/// default they are pinned to the first half of the CPUs and the reader (the raw
+/// client, or the agent) to the rest, as in a deployment, where remote clusters'
+/// etcds run in those clusters and never take the agent's node's CPU.
+fn shared() -> bool {
+    std::env::var("WEFT_SCALE_SHARED").is_ok_and(|v| v == "1")
+}
+
+/// Pins every thread of process `pid` to `cpus`; children it starts after inherit it.
+fn pin(pid: u32, cpus: &[usize]) {
+    let mut set = nix::sched::CpuSet::new();
+    for cpu in cpus {
+        set.set(*cpu).unwrap();
+    }
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let tid: i32 = task.unwrap().file_name().to_str().unwrap().parse().unwrap();
+        // A thread that ended since the listing is no matter.
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set);
+    }
+}
+
 const ENTRIES: u32 = 50_000;
 const IDENTITIES: u32 = 1_000;
 const NODES: u32 = 500;
@@ -157,8 +178,23 @@ async fn main() {
     }
     let mut etcds = Vec::new();
     let clusters = clusters();
+    let cpus: Vec<usize> =
+        (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    let (servers, readers) = cpus.split_at(cpus.len() / 2);
+    let split = !shared() && !servers.is_empty();
+    if split {
+        // The etcds start pinned (so that Go sizes its scheduler to their CPUs)...
+        pin(std::process::id(), servers);
+    }
     for id in 2..2 + clusters {
         etcds.push((id, Etcd::start().await));
+    }
+    if split {
+        // ...and the reader, the agent with it, runs on the others.
+        pin(std::process::id(), readers);
+        println!("etcds on CPUs {servers:?}, the reader (raw client or weftd) on {readers:?}");
+    } else {
+        println!("etcds and the reader share CPUs {cpus:?}");
     }
     let t = Instant::now();
     let loaded = futures::future::join_all(etcds.iter().map(|(id, e)| load(e, *id))).await;
@@ -174,18 +210,20 @@ async fn main() {
         // The etcds' CPU in each phase: whether they serve the agent more than the raw
         // read, or the agent's own CPU is what it adds.
         let etcd_cpu = || etcds.iter().map(|(_, e)| e.cpu_time()).sum::<Duration>();
-        let (t, before) = (Instant::now(), etcd_cpu());
+        let reader_cpu = || support::cpu_time(std::process::id());
+        let (t, before, reader_before) = (Instant::now(), etcd_cpu(), reader_cpu());
         let read =
             futures::future::join_all(etcds.iter().map(|(id, e)| raw_read_one(e, *id))).await;
         let raw = t.elapsed();
         let raw_etcd = etcd_cpu() - before;
+        let raw_reader = reader_cpu() - reader_before;
         assert_eq!(read.iter().sum::<usize>(), keys);
         let before = etcd_cpu();
         let (agent, hwm, agent_cpu) = agent_sync(&etcds).await;
         let agent_etcd = etcd_cpu() - before;
         let ratio = agent.as_secs_f64() / raw.as_secs_f64();
         println!(
-            "round {round}: raw paged read of all ten {raw:.2?} (etcds' CPU {raw_etcd:.2?}), weftd add→all ready {agent:.2?} (etcds' CPU {agent_etcd:.2?}, weftd's {agent_cpu:.2?}), ratio {ratio:.2}x; peak RSS {} MiB",
+            "round {round}: raw paged read of all ten {raw:.2?} (etcds' CPU {raw_etcd:.2?}, the client's {raw_reader:.2?}), weftd add→all ready {agent:.2?} (etcds' CPU {agent_etcd:.2?}, weftd's {agent_cpu:.2?}), ratio {ratio:.2}x; peak RSS {} MiB",
             hwm / 1024
         );
         ratios.push(ratio);

@@ -28,5 +28,6 @@ pub mod plugin_tool;
 pub mod plugins;
 pub mod policy;
 pub mod regeneration;
+pub mod seeded;
 pub mod state;
 pub mod wireguard;

@@ -301,6 +301,12 @@ async fn a_cluster_at_its_key_limit_has_new_keys_refused_and_named() {
         12,
         "the observer saw only what was held"
     );
+    let expected = recorder.expected.lock().unwrap().clone();
+    assert_eq!(
+        expected.get(&("c2".into(), weft::clustermesh::Resource::IpCache)),
+        Some(&5),
+        "each list announced its size: {expected:?}"
+    );
     mesh.stop().await;
 }
 

@@ -26,6 +26,10 @@ struct Mirror {
     too_large: Vec<String>,
     /// Lists announced (`list_watch_raw` only).
     listings: usize,
+    /// The size the list in progress announced (`list_watch_raw` only).
+    size: Option<u64>,
+    /// The sizes complete lists announced.
+    sizes: Vec<u64>,
     /// For `list_watch_raw`: the keys the list in progress delivered; the mirror drains
     /// the rest itself at its end.
     listed: Option<HashSet<String>>,
@@ -62,9 +66,27 @@ impl Mirror {
             Ok(Event::Listing) => {
                 self.listings += 1;
                 self.listed = Some(HashSet::new());
+                // A list started over announces its size again.
+                self.size = None;
+            }
+            Ok(Event::ListSize { keys }) => {
+                assert!(self.listed.is_some(), "a size outside a list");
+                assert!(self.size.is_none(), "one size per list");
+                self.size = Some(keys);
             }
             Ok(Event::InitDone { .. }) => {
                 self.init_done += 1;
+                if let Some(size) = self.size.take() {
+                    // etcd's count at the list's revision: every key the list
+                    // delivered, and those too large to read.
+                    let listed = self.listed.as_ref().map_or(0, HashSet::len) as u64;
+                    let too_large = self.too_large.len() as u64;
+                    assert!(
+                        listed <= size && size <= listed + too_large,
+                        "list of {listed} keys ({too_large} too large) announced {size}"
+                    );
+                    self.sizes.push(size);
+                }
                 if let Some(listed) = self.listed.take() {
                     let before = self.state.len();
                     self.state.retain(|k, _| listed.contains(k));
@@ -285,6 +307,11 @@ async fn raw_lists_are_announced_and_leave_the_stale_drain_to_the_consumer() {
     })
     .await;
     assert_eq!(m.listings, 2, "the re-list was announced");
+    assert_eq!(
+        m.sizes,
+        [50, 50],
+        "each list announced etcd's count of the range (50 keys, then 40 + 10)"
+    );
     assert_eq!(m.deletes, 0, "the stream drained nothing itself");
     assert_eq!(m.drained, 10, "the consumer drained the keys that vanished");
     assert_eq!(

@@ -81,6 +81,17 @@ pub enum ClusterEvent<'a> {
         /// What was kept of the value it replaced, `None` for a new key.
         old: Option<&'a Kept>,
     },
+    /// The cluster will hold about `keys` values of `resource`: a hint to size for
+    /// them. Sent when a list starts (etcd's count of the range, at most the cluster's
+    /// key limit) and with 0 when the cluster is removed.
+    Expect {
+        /// The remote cluster.
+        cluster: &'a str,
+        /// The resource being listed.
+        resource: Resource,
+        /// How many values the list holds.
+        keys: usize,
+    },
     /// A value was deleted, vanished during a disconnect, or its cluster was removed.
     Delete {
         /// The remote cluster.

@@ -175,6 +175,16 @@ impl RemoteCluster {
         let cluster = &*self.name;
         match event {
             Event::Listing => self.lock().stores[r.index()].begin_listing(),
+            Event::ListSize { keys } => {
+                // What the cluster may hold at most, not what it says it has.
+                let keys = usize::try_from(keys).map_or(self.max_keys, |k| k.min(self.max_keys));
+                self.lock().stores[r.index()].reserve(keys);
+                self.observer.on_event(ClusterEvent::Expect {
+                    cluster,
+                    resource: r,
+                    keys,
+                });
+            }
             Event::Upsert {
                 key,
                 value,
@@ -289,6 +299,13 @@ impl RemoteCluster {
             }
         }
         self.emit_deletes(&gone);
+        for resource in Resource::ALL {
+            self.observer.on_event(ClusterEvent::Expect {
+                cluster: &self.name,
+                resource,
+                keys: 0,
+            });
+        }
     }
 
     fn counts(inner: &Inner) -> Counts {
@@ -335,4 +352,39 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sizes the observer was told.
+    #[derive(Default)]
+    struct Expected(Mutex<Vec<(Resource, usize)>>);
+
+    impl Observer for Expected {
+        fn on_event(&self, event: ClusterEvent<'_>) {
+            if let ClusterEvent::Expect { resource, keys, .. } = event {
+                self.0.lock().unwrap().push((resource, keys));
+            }
+        }
+    }
+
+    #[test]
+    fn a_list_size_is_passed_on_within_the_clusters_key_limit() {
+        let observer = Arc::new(Expected::default());
+        let cluster = RemoteCluster::new("c2", observer.clone(), SyncCallbacks::default(), 1_000);
+        let r = Resource::IpCache;
+        cluster.apply(r, "p/", Event::Listing);
+        cluster.apply(r, "p/", Event::ListSize { keys: 300 });
+        // A remote etcd's count is the remote's word: never more than it may hold.
+        cluster.apply(r, "p/", Event::ListSize { keys: u64::MAX });
+        cluster.drain();
+        let seen = observer.0.lock().unwrap().clone();
+        assert_eq!(seen[..2], [(r, 300), (r, 1_000)]);
+        assert!(
+            seen[2..].iter().all(|(_, keys)| *keys == 0) && seen.len() == 2 + Resource::ALL.len(),
+            "a removed cluster expects nothing of any resource: {seen:?}"
+        );
+    }
 }

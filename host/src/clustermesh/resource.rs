@@ -3,7 +3,7 @@
 use super::Resource;
 use crate::ipcache::Prefix;
 use crate::model::{decode_json, ClusterService, DecodeError, Identity, IpIdentityPair, Node};
-use std::collections::HashMap;
+use crate::seeded::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -53,12 +53,9 @@ impl Kept {
     pub fn of(value: &Value) -> Kept {
         if let Value::IpIdentity(pair) = value {
             if let Some(prefix) = pair.prefix_len().and_then(|len| Prefix::new(pair.ip, len)) {
-                use std::hash::{BuildHasher, BuildHasherDefault};
-                let hasher =
-                    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
                 return Kept::IpCache {
                     prefix,
-                    digest: hasher.hash_one(pair),
+                    digest: crate::seeded::digest(pair),
                 };
             }
         }
@@ -243,6 +240,13 @@ impl Store {
                 (shared, Stored::Changed { old: None })
             }
         }
+    }
+
+    /// Makes room for `keys` keys in all (a list announced them), so that the map is
+    /// not grown, and every key hashed again, step by step as they come.
+    pub fn reserve(&mut self, keys: usize) {
+        self.entries
+            .reserve(keys.saturating_sub(self.entries.len()));
     }
 
     pub fn contains(&self, key: &str) -> bool {

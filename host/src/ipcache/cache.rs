@@ -4,7 +4,7 @@ use super::resolve::{resolve, sort_key, IdentitySpec};
 use super::{Entry, Fact, Owner, Prefix, Source};
 use crate::identity::LocalAllocator;
 use crate::model::Labels;
-use std::collections::HashMap;
+use crate::seeded::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A change of one prefix's resolved entry.
@@ -141,6 +141,21 @@ impl IpCache {
             .collect();
         all.sort_by_key(|(p, _)| *p);
         all
+    }
+
+    /// Makes room for `prefixes` prefixes in all: remote clusters' lists announced
+    /// that many entries. Ten clusters listing at once would otherwise grow the map
+    /// step by step, hashing every prefix again at each step, with the old and the new
+    /// table both held at the largest.
+    pub fn reserve(&self, prefixes: usize) {
+        let mut inner = self.lock();
+        let more = prefixes.saturating_sub(inner.prefixes.len());
+        inner.prefixes.reserve(more);
+    }
+
+    /// How many prefixes the cache holds room for without growing.
+    pub fn capacity(&self) -> usize {
+        self.lock().prefixes.capacity()
     }
 
     /// The number of resolved entries.

@@ -38,6 +38,13 @@ pub enum Event {
     /// every key that exists is upserted, and what is not upserted is gone. Sent
     /// again when a list is started over.
     Listing,
+    /// The list in progress holds `keys` keys at its revision (etcd's count of the
+    /// range), sent ([`list_watch_raw`] only) after its first page, before the page's
+    /// keys: a consumer may size its record for them rather than grow it key by key.
+    ListSize {
+        /// The keys of the whole range (the pages are yet to come).
+        keys: u64,
+    },
     /// A complete list is in: every key that existed at the list's revision was
     /// delivered and (by [`list_watch`]) every key that no longer existed was deleted.
     /// Sent after the first list and again after each re-list (after compaction).
@@ -249,6 +256,10 @@ impl Driver {
             };
             if revision == 0 {
                 revision = resp.header().map_or(0, |h| h.revision());
+                if !self.track {
+                    let keys = u64::try_from(resp.count()).unwrap_or(0);
+                    self.send(Ok(Event::ListSize { keys })).await?;
+                }
             }
             let bytes: usize = resp
                 .kvs()

@@ -9,7 +9,7 @@ mod local_kvstore;
 pub use local_kvstore::run_local_kvstore;
 
 use crate::claims::{ClusterRefusals, Refusals, RemotePrefixes};
-use crate::clustermesh::{ClusterEvent, Kept, Observer, Value};
+use crate::clustermesh::{ClusterEvent, Kept, Observer, Resource, Value};
 use crate::identity::{IdentityCache, Totals as IdentityTotals};
 use crate::ipcache::{Fact, IpCache, K8sMeta, Prefix, Source};
 use crate::loglimit::LogLimit;
@@ -33,6 +33,10 @@ pub struct State {
     /// What remote clusters were refused.
     refusals: Arc<Refusals>,
     rejected: AtomicU64,
+    /// The ipcache entries each remote cluster's last list announced: the ipcache is
+    /// sized for all of them at once, rather than grown step by step while ten
+    /// clusters' lists come in together.
+    expected_entries: Mutex<BTreeMap<String, usize>>,
     /// Refused values are the remote's doing: logged at a bounded rate.
     log_limit: LogLimit,
 }
@@ -76,6 +80,7 @@ impl State {
             remote_prefixes,
             refusals,
             rejected: AtomicU64::new(0),
+            expected_entries: Mutex::default(),
             log_limit: LogLimit::per_second("refused values"),
         }
     }
@@ -167,6 +172,25 @@ impl Observer for State {
                 }
                 Value::Service(_) => {} // Services are consumed by a later stage.
             },
+            ClusterEvent::Expect {
+                cluster,
+                resource: Resource::IpCache,
+                keys,
+            } => {
+                let mut expected = self
+                    .expected_entries
+                    .lock()
+                    .expect("expected lock poisoned");
+                if keys == 0 {
+                    expected.remove(cluster);
+                } else {
+                    expected.insert(cluster.to_owned(), keys);
+                }
+                let all = expected.values().sum();
+                drop(expected);
+                self.ipcache.reserve(all);
+            }
+            ClusterEvent::Expect { .. } => {}
             ClusterEvent::Delete { cluster, key, old } => match old.value() {
                 Some(Value::Node(node)) => self.nodes.delete(&node.cluster, &node.name),
                 Some(Value::Identity(identity)) => self
@@ -182,5 +206,44 @@ impl Observer for State {
                 }
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ipcache_is_sized_for_every_clusters_list_at_once() {
+        let state = State::new(NodeId {
+            cluster: "local".into(),
+            name: "me".into(),
+        });
+        let expect = |cluster, resource, keys| {
+            state.on_event(ClusterEvent::Expect {
+                cluster,
+                resource,
+                keys,
+            });
+        };
+        expect("c4", Resource::Nodes, 1_000_000);
+        assert!(
+            state.ipcache.capacity() < 1_000_000,
+            "only ipcache entries size the ipcache"
+        );
+        expect("c2", Resource::IpCache, 50_000);
+        expect("c3", Resource::IpCache, 40_000);
+        assert!(
+            state.ipcache.capacity() >= 90_000,
+            "both lists' entries together, not each alone: {}",
+            state.ipcache.capacity()
+        );
+        // c2 lists again, smaller; c3 goes: only c2's new count is expected now.
+        expect("c2", Resource::IpCache, 10_000);
+        expect("c3", Resource::IpCache, 0);
+        assert_eq!(
+            *state.expected_entries.lock().unwrap(),
+            BTreeMap::from([("c2".to_owned(), 10_000)])
+        );
     }
 }

@@ -58,6 +58,8 @@ pub struct Recorder {
     pub state: Mutex<BTreeMap<(String, String), Value>>,
     pub upserts: Mutex<usize>,
     pub deletes: Mutex<Vec<(String, String)>>,
+    /// The last size each cluster's list announced, per resource.
+    pub expected: Mutex<BTreeMap<(String, weft::clustermesh::Resource), usize>>,
 }
 
 impl Recorder {
@@ -98,6 +100,16 @@ impl Observer for Recorder {
                     .lock()
                     .unwrap()
                     .insert((cluster.into(), key.to_string()), value.clone());
+            }
+            ClusterEvent::Expect {
+                cluster,
+                resource,
+                keys,
+            } => {
+                self.expected
+                    .lock()
+                    .unwrap()
+                    .insert((cluster.into(), resource), keys);
             }
             ClusterEvent::Delete { cluster, key, .. } => {
                 let removed = self
