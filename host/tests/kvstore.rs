@@ -7,7 +7,6 @@ use futures::StreamExt;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 use support::{within, Etcd, Proxy};
-use tokio_stream::wrappers::ReceiverStream;
 use weft::kvstore::{self, list_watch, list_watch_raw, Client, Endpoints, Event};
 
 const PREFIX: &str = "cilium/state/ip/v1/default/";
@@ -99,12 +98,7 @@ impl Mirror {
     }
 
     /// Applies events until `done` holds.
-    async fn until(
-        &mut self,
-        s: &mut ReceiverStream<Result<Event, kvstore::Error>>,
-        what: &str,
-        done: impl Fn(&Mirror) -> bool,
-    ) {
+    async fn until(&mut self, s: &mut kvstore::Events, what: &str, done: impl Fn(&Mirror) -> bool) {
         within(what, LIMIT, async {
             while !done(self) {
                 let item = s.next().await.expect("the stream never ends");

@@ -3,8 +3,9 @@
 use super::{prefix_range_end, Backoff, Client, Error};
 use etcd_client::EventType;
 use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 /// A change under the watched prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +73,7 @@ pub enum Event {
 /// }
 /// # }
 /// ```
-pub fn list_watch(client: Client, prefix: String) -> ReceiverStream<Result<Event, Error>> {
+pub fn list_watch(client: Client, prefix: String) -> Events {
     spawn(client, prefix, true)
 }
 
@@ -95,12 +96,46 @@ pub fn list_watch(client: Client, prefix: String) -> ReceiverStream<Result<Event
 /// }
 /// # }
 /// ```
-pub fn list_watch_raw(client: Client, prefix: String) -> ReceiverStream<Result<Event, Error>> {
+pub fn list_watch_raw(client: Client, prefix: String) -> Events {
     spawn(client, prefix, false)
 }
 
-fn spawn(client: Client, prefix: String, track: bool) -> ReceiverStream<Result<Event, Error>> {
-    let (tx, rx) = mpsc::channel(256);
+/// One item of the stream.
+type Item = Result<Event, Error>;
+
+/// The events of one prefix, as [`list_watch`] and [`list_watch_raw`] deliver them.
+///
+/// They come from the reading task a batch at a time (a list page, a watch response):
+/// one hand-over between tasks per page rather than per key, which counted at half a
+/// million keys.
+#[derive(Debug)]
+pub struct Events {
+    rx: mpsc::Receiver<Vec<Item>>,
+    batch: std::vec::IntoIter<Item>,
+}
+
+impl futures::Stream for Events {
+    type Item = Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        loop {
+            if let Some(item) = self.batch.next() {
+                return Poll::Ready(Some(item));
+            }
+            match std::task::ready!(self.rx.poll_recv(cx)) {
+                Some(batch) => self.batch = batch.into_iter(),
+                None => return Poll::Ready(None),
+            }
+        }
+    }
+}
+
+/// Batches in flight to the consumer: with the page fetched ahead, etcd, the reading
+/// task and the consumer each have one page to work on.
+const BATCHES_IN_FLIGHT: usize = 2;
+
+fn spawn(client: Client, prefix: String, track: bool) -> Events {
+    let (tx, rx) = mpsc::channel(BATCHES_IN_FLIGHT);
     tokio::spawn(async move {
         let driver = Driver {
             client,
@@ -115,7 +150,10 @@ fn spawn(client: Client, prefix: String, track: bool) -> ReceiverStream<Result<E
             _ = closed.closed() => {}
         }
     });
-    ReceiverStream::new(rx)
+    Events {
+        rx,
+        batch: Vec::new().into_iter(),
+    }
 }
 
 /// The receiver went away: stop.
@@ -129,7 +167,7 @@ struct Driver {
     /// Every key currently known to the consumer, with its mod revision (kept only when
     /// tracking).
     known: HashMap<String, i64>,
-    tx: mpsc::Sender<Result<Event, Error>>,
+    tx: mpsc::Sender<Vec<Item>>,
 }
 
 enum WatchEnd {
@@ -194,8 +232,16 @@ impl Driver {
         }
     }
 
-    async fn send(&self, item: Result<Event, Error>) -> Result<(), Closed> {
-        self.tx.send(item).await.map_err(|_| Closed)
+    async fn send(&self, item: Item) -> Result<(), Closed> {
+        self.send_all(vec![item]).await
+    }
+
+    /// Hands `batch` on at once (nothing when it is empty).
+    async fn send_all(&self, batch: Vec<Item>) -> Result<(), Closed> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.tx.send(batch).await.map_err(|_| Closed)
     }
 
     /// One complete paged list at a single revision. Returns that revision, or the
@@ -254,11 +300,13 @@ impl Driver {
                 }
                 Err(e) => return Ok(Err(e)),
             };
+            // The page goes on as one batch.
+            let mut batch = Vec::with_capacity(resp.kvs().len() + 1);
             if revision == 0 {
                 revision = resp.header().map_or(0, |h| h.revision());
                 if !self.track {
                     let keys = u64::try_from(resp.count()).unwrap_or(0);
-                    self.send(Ok(Event::ListSize { keys })).await?;
+                    batch.push(Ok(Event::ListSize { keys }));
                 }
             }
             let bytes: usize = resp
@@ -288,7 +336,7 @@ impl Driver {
                 let key = match owned_key_string(key) {
                     Ok(k) => k,
                     Err(e) => {
-                        self.send(Err(e)).await?;
+                        batch.push(Err(e));
                         continue;
                     }
                 };
@@ -300,13 +348,13 @@ impl Driver {
                     seen.insert(key.clone());
                     self.known.insert(key.clone(), mod_revision);
                 }
-                let event = Event::Upsert {
+                batch.push(Ok(Event::Upsert {
                     key,
                     value,
                     revision: mod_revision,
-                };
-                self.send(Ok(event)).await?;
+                }));
             }
+            self.send_all(batch).await?;
             if next.is_none() {
                 break;
             }
@@ -317,10 +365,12 @@ impl Driver {
             .filter(|k| !seen.contains(*k))
             .cloned()
             .collect();
+        let mut batch = Vec::with_capacity(stale.len());
         for key in stale {
             self.known.remove(&key);
-            self.send(Ok(Event::Delete { key })).await?;
+            batch.push(Ok(Event::Delete { key }));
         }
+        self.send_all(batch).await?;
         Ok(Ok(revision))
     }
 
@@ -363,13 +413,15 @@ impl Driver {
                 return Ok(WatchEnd::Broken(self.ended(&reason)));
             }
             backoff.reset();
+            // The response goes on as one batch.
+            let mut batch = Vec::with_capacity(resp.events().len());
             for event in resp.events() {
                 let Some(kv) = event.kv() else { continue };
                 *resume = Some(kv.mod_revision() + 1);
                 let key = match key_string(kv.key()) {
                     Ok(k) => k,
                     Err(e) => {
-                        self.send(Err(e)).await?;
+                        batch.push(Err(e));
                         continue;
                     }
                 };
@@ -378,20 +430,20 @@ impl Driver {
                         if self.track {
                             self.known.insert(key.clone(), kv.mod_revision());
                         }
-                        let event = Event::Upsert {
+                        batch.push(Ok(Event::Upsert {
                             key,
                             value: kv.value().to_vec(),
                             revision: kv.mod_revision(),
-                        };
-                        self.send(Ok(event)).await?;
+                        }));
                     }
                     EventType::Delete => {
                         if !self.track || self.known.remove(&key).is_some() {
-                            self.send(Ok(Event::Delete { key })).await?;
+                            batch.push(Ok(Event::Delete { key }));
                         }
                     }
                 }
             }
+            self.send_all(batch).await?;
         }
     }
 

@@ -15,7 +15,7 @@ mod tls;
 pub use backoff::Backoff;
 pub use client::{Client, Endpoints, TlsFiles};
 pub use limit::Limits;
-pub use list_watch::{list_watch, list_watch_raw, Event};
+pub use list_watch::{list_watch, list_watch_raw, Event, Events};
 pub use tls::TlsProblem;
 
 use std::time::Duration;
