@@ -107,7 +107,18 @@ type Item = Result<Event, Error>;
 ///
 /// They come from the reading task a batch at a time (a list page, a watch response):
 /// one hand-over between tasks per page rather than per key, which counted at half a
-/// million keys.
+/// million keys. Dropping it stops the reading task.
+///
+/// # Example
+/// ```no_run
+/// # async fn f(client: weft::kvstore::Client) {
+/// use futures::StreamExt;
+/// let events: weft::kvstore::Events =
+///     weft::kvstore::list_watch(client, "cilium/state/identities/v1/".into());
+/// // The first ten events, whichever pages they came in.
+/// let first: Vec<_> = events.take(10).collect().await;
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Events {
     rx: mpsc::Receiver<Vec<Item>>,
