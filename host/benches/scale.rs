@@ -3,6 +3,8 @@
 //! identities and 5,000 nodes in all, near the BPF map's 512,000). Measured: the time
 //! from adding all ten to every barrier released, next to a raw paged read of the
 //! same keys from the ten etcds at once in the same run, and the agent's peak memory.
+//! The etcds run on half of the CPUs and the reader (raw client or agent) on the others,
+//! as remote etcds never share the agent's node; `WEFT_SCALE_SHARED=1` shares them all.
 //! `cargo bench -p weft --bench scale`.
 
 #[path = "../tests/support/mod.rs"]
