@@ -176,16 +176,12 @@ impl RemotePrefixes {
 
     /// Admits `claim` for `owner`, or holds it back with the reason.
     fn admit(&self, inner: &mut Inner, owner: &Owner, claim: Parked) -> Result<(), Refusal> {
-        match inner.check(owner, &claim) {
+        match inner
+            .check(owner, &claim)
+            .and_then(|()| inner.hold(owner, &claim))
+        {
             Ok(()) => {
                 inner.unpark(owner);
-                let holder = inner.held.get_or_insert_with(claim.prefix, || Holder {
-                    cluster: claim.cluster.clone(),
-                    owners: Owners::One(owner.clone()),
-                });
-                if !holder.owners.as_slice().contains(owner) {
-                    holder.owners.push(owner.clone());
-                }
                 self.ipcache.upsert(claim.prefix, owner.clone(), claim.fact);
                 Ok(())
             }
@@ -316,7 +312,8 @@ impl Inner {
         (name, scope)
     }
 
-    /// Whether `owner`'s cluster may state `claim`.
+    /// Whether `owner`'s cluster may state `claim` (its identity, its prefix and tunnel
+    /// endpoint outside other clusters' node space); [`Inner::hold`] checks the holder.
     fn check(&self, owner: &Owner, claim: &Parked) -> Result<(), Refusal> {
         let cluster = &*claim.cluster;
         let key = || owner.resource.to_string();
@@ -345,14 +342,28 @@ impl Inner {
                 });
             }
         }
-        match self.held.get(&claim.prefix) {
-            Some(h) if *h.cluster != *cluster => Err(Refusal::Held {
-                key: key(),
+        Ok(())
+    }
+
+    /// Makes `owner` a holder of `claim`'s prefix, unless another remote cluster holds
+    /// it: the check and the insertion are one search of the index (every remote entry
+    /// comes this way).
+    fn hold(&mut self, owner: &Owner, claim: &Parked) -> Result<(), Refusal> {
+        let holder = self.held.get_or_insert_with(claim.prefix, || Holder {
+            cluster: claim.cluster.clone(),
+            owners: Owners::One(owner.clone()),
+        });
+        if holder.cluster != claim.cluster {
+            return Err(Refusal::Held {
+                key: owner.resource.to_string(),
                 prefix: claim.prefix,
-                holder: h.cluster.to_string(),
-            }),
-            _ => Ok(()),
+                holder: holder.cluster.to_string(),
+            });
         }
+        if !holder.owners.as_slice().contains(owner) {
+            holder.owners.push(owner.clone());
+        }
+        Ok(())
     }
 
     fn park(&mut self, owner: &Owner, claim: Parked) {
