@@ -16,9 +16,6 @@
 /// A `HashMap` hashed with aHash under a random seed of its own.
 pub type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 
-/// A `HashSet` hashed with aHash under a random seed of its own.
-pub type HashSet<T> = std::collections::HashSet<T, ahash::RandomState>;
-
 /// A hash of `value` that stays the same for the life of the process (and differs
 /// between processes, so that a remote cluster cannot aim values at one digest).
 ///
