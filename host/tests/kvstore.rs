@@ -361,3 +361,32 @@ async fn responses_over_the_size_limit_shrink_the_pages_and_skip_a_value_too_lar
     want.retain(|_, v| v.len() < 64 << 10);
     assert_eq!(m.state, want, "everything else as etcd has it");
 }
+
+/// Dropping the stream mid-list stops its reading task, and with it the client's
+/// connection: nothing keeps reading for a consumer that went away (a removed
+/// cluster, a reconnect).
+#[tokio::test]
+async fn dropping_the_stream_stops_the_reading_task() {
+    let etcd = Etcd::start().await;
+    seed(&etcd, 0..50).await;
+    // The test's runtime has no task of its own: what runs is the stream's (and, for a
+    // moment, the seeding client's).
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    // Pages of 4 keys, two batches in flight: the list is far from done when the
+    // consumer goes.
+    let mut s = list_watch_raw(client(etcd.url(), fast_config(4)).await, PREFIX.into());
+    let first = within("a first event", LIMIT, s.next()).await;
+    assert!(matches!(first, Some(Ok(Event::Listing))), "{first:?}");
+    assert!(alive() > 0, "the reading task runs");
+    drop(s);
+    within("every task of the stream ends", LIMIT, async {
+        while alive() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
