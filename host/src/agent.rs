@@ -169,34 +169,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let waits = Arc::new(Waits::default());
     // WireGuard first: the node record carries its key, and the datapath redirects
     // to its device.
-    let (wireguard, pod_routes) = match config.wireguard.clone() {
-        Some(wc) => {
-            let dir = config.state_dir.clone();
-            let (device, netns) = (wc.device.clone(), wc.netns.clone());
-            let node = local.clone();
-            let started =
-                tokio::task::spawn_blocking(move || NodeWireGuard::start(&wc, &dir, node))
-                    .await
-                    .expect("WireGuard start-up task");
-            let wg = started?;
-            let local_cidrs = config
-                .endpoints
-                .as_ref()
-                .map(|e| e.pod_cidrs.clone())
-                .unwrap_or_default();
-            let routes = PodRoutes::start(device.clone(), netns, local, local_cidrs)
-                .await
-                .map_err(|e| wireguard::Error::Device {
-                    device,
-                    reason: format!("reading its pod routes: {e}"),
-                })?;
-            state.nodes.subscribe(wg.peers.clone());
-            state.nodes.subscribe(routes.clone());
-            state.ipcache.add_listener(wg.peers.clone());
-            (Some(wg), Some(routes))
-        }
-        None => (None, None),
-    };
+    let (wireguard, pod_routes) = start_wireguard(&config, &state, &local).await?.unzip();
     let wg_key = wireguard.as_ref().map(|wg| &wg.key);
     state.nodes.upsert(Source::Local, own_node(&config, wg_key));
     let mut tasks = tokio::task::JoinSet::new();
@@ -297,61 +270,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tracing::info!(addr = %serve.0, "serving Prometheus metrics");
         tasks.spawn(serve.1);
     }
-    let api_state = api::Handlers {
-        status: {
-            let status = status.clone();
-            Box::new(move || status())
-        },
-        endpoints: {
-            let (endpoints, state, policies) =
-                (endpoint_manager.clone(), state.clone(), policies.clone());
-            Box::new(move || {
-                let records = endpoints.get().map(|m| m.list()).unwrap_or_default();
-                let set = policies.borrow().clone();
-                let identities = state.identities.lock().expect("identities lock").all();
-                records
-                    .into_iter()
-                    .map(|record| {
-                        let policy = following_policies
-                            .then(|| record.labels.parse().ok())
-                            .flatten()
-                            .map(|labels| {
-                                crate::policy::compute(&set.policies, &labels, &identities)
-                            });
-                        api::EndpointView { record, policy }
-                    })
-                    .collect()
-            })
-        },
-        ipcache: {
-            let state = state.clone();
-            Box::new(move || {
-                state
-                    .ipcache
-                    .entries()
-                    .into_iter()
-                    .map(Into::into)
-                    .collect()
-            })
-        },
-        cni: config.endpoints.as_ref().map(|_| {
-            let endpoints = endpoint_manager.clone();
-            let handler: api::CniHandler = Arc::new(move |call| {
-                let endpoints = endpoints.clone();
-                Box::pin(async move {
-                    match endpoints.get() {
-                        Some(m) => m.handle(call).await,
-                        None => Err(weft_api::cni::Failure::new(
-                            11,
-                            "the agent is starting",
-                            "its local etcd is not connected yet",
-                        )),
-                    }
-                })
-            });
-            handler
-        }),
-    };
+    let api_state = api_handlers(
+        status.clone(),
+        endpoint_manager.clone(),
+        state.clone(),
+        policies.clone(),
+        following_policies,
+        config.endpoints.is_some(),
+    );
     tasks.spawn(api::serve(&config.state_dir, api_state)?);
 
     if let Some(wg) = &wireguard {
@@ -461,25 +387,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             },
             &waits,
         );
-        tasks.spawn(async move {
-            let outcome = regenerate(
-                regeneration::host_endpoint(),
-                plugins::RegenerationReason::Restore,
-                // Its wait is logged: the host endpoint has no listing.
-                Box::new(|_, _| {}),
-            )
-            .await;
-            let decided_by = outcome.answer.decided_by.as_deref().unwrap_or("built-in default");
-            let verdict = &outcome.answer.verdict;
-            match outcome.result {
-                None => tracing::info!(decided_by, ?verdict, "host endpoint proceeds without waiting"),
-                Some(Ok(r)) => tracing::info!(decided_by, ?verdict, synced = ?r.synced, disconnected = ?r.disconnected, "remote state synced for the host endpoint"),
-                Some(Err(e)) => tracing::warn!(decided_by, ?verdict, error = %e, "host endpoint proceeds without full remote state"),
-            }
-            if let Some(dp) = dp {
-                switch_native(dp).await;
-            }
-        });
+        tasks.spawn(regenerate_host_endpoint(regenerate, dp));
     } else if let Some(dp) = node_datapath.clone() {
         // No remote clusters to wait for.
         tasks.spawn(switch_native(dp));
@@ -497,6 +405,136 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tasks.shutdown().await;
     let _ = std::fs::remove_file(api::socket_path(&config.state_dir));
     Ok(())
+}
+
+/// The node's WireGuard device and the pod routes through it, when WireGuard is
+/// configured, subscribed to the nodes and the ipcache.
+async fn start_wireguard(
+    config: &Config,
+    state: &State,
+    local: &NodeId,
+) -> Result<Option<(NodeWireGuard, Arc<PodRoutes>)>, Error> {
+    let Some(wc) = config.wireguard.clone() else {
+        return Ok(None);
+    };
+    let dir = config.state_dir.clone();
+    let (device, netns) = (wc.device.clone(), wc.netns.clone());
+    let node = local.clone();
+    let started = tokio::task::spawn_blocking(move || NodeWireGuard::start(&wc, &dir, node))
+        .await
+        .expect("WireGuard start-up task");
+    let wg = started?;
+    let local_cidrs = config
+        .endpoints
+        .as_ref()
+        .map(|e| e.pod_cidrs.clone())
+        .unwrap_or_default();
+    let routes = PodRoutes::start(device.clone(), netns, local.clone(), local_cidrs)
+        .await
+        .map_err(|e| wireguard::Error::Device {
+            device,
+            reason: format!("reading its pod routes: {e}"),
+        })?;
+    state.nodes.subscribe(wg.peers.clone());
+    state.nodes.subscribe(routes.clone());
+    state.ipcache.add_listener(wg.peers.clone());
+    Ok(Some((wg, routes)))
+}
+
+/// The host endpoint's regeneration after a start: its wait on the remote state, as
+/// the policy decides, logged (it has no listing); then the native device switches to
+/// the new datapath generation.
+async fn regenerate_host_endpoint(
+    regenerate: crate::endpoint::regeneration::Regenerate,
+    datapath: Option<NodeDatapath>,
+) {
+    let outcome = regenerate(
+        regeneration::host_endpoint(),
+        plugins::RegenerationReason::Restore,
+        Box::new(|_, _| {}),
+    )
+    .await;
+    let decided_by = outcome
+        .answer
+        .decided_by
+        .as_deref()
+        .unwrap_or("built-in default");
+    let verdict = &outcome.answer.verdict;
+    match outcome.result {
+        None => tracing::info!(
+            decided_by,
+            ?verdict,
+            "host endpoint proceeds without waiting"
+        ),
+        Some(Ok(r)) => {
+            tracing::info!(decided_by, ?verdict, synced = ?r.synced, disconnected = ?r.disconnected, "remote state synced for the host endpoint")
+        }
+        Some(Err(e)) => {
+            tracing::warn!(decided_by, ?verdict, error = %e, "host endpoint proceeds without full remote state")
+        }
+    }
+    if let Some(dp) = datapath {
+        switch_native(dp).await;
+    }
+}
+
+/// What the local API answers with: the status, the endpoints (with their policy when
+/// policies are followed), the ipcache, and the CNI calls when this node runs pods.
+fn api_handlers(
+    status: Arc<dyn Fn() -> StatusReport + Send + Sync>,
+    endpoint_manager: Arc<OnceLock<Arc<EndpointManager>>>,
+    state: Arc<State>,
+    policies: watch::Receiver<Arc<PolicySet>>,
+    following_policies: bool,
+    cni: bool,
+) -> api::Handlers {
+    api::Handlers {
+        status: Box::new(move || status()),
+        endpoints: {
+            let (endpoints, state) = (endpoint_manager.clone(), state.clone());
+            Box::new(move || {
+                let records = endpoints.get().map(|m| m.list()).unwrap_or_default();
+                let set = policies.borrow().clone();
+                let identities = state.identities.lock().expect("identities lock").all();
+                records
+                    .into_iter()
+                    .map(|record| {
+                        let policy = following_policies
+                            .then(|| record.labels.parse().ok())
+                            .flatten()
+                            .map(|labels| {
+                                crate::policy::compute(&set.policies, &labels, &identities)
+                            });
+                        api::EndpointView { record, policy }
+                    })
+                    .collect()
+            })
+        },
+        ipcache: Box::new(move || {
+            state
+                .ipcache
+                .entries()
+                .into_iter()
+                .map(Into::into)
+                .collect()
+        }),
+        cni: cni.then(|| {
+            let handler: api::CniHandler = Arc::new(move |call| {
+                let endpoints = endpoint_manager.clone();
+                Box::pin(async move {
+                    match endpoints.get() {
+                        Some(m) => m.handle(call).await,
+                        None => Err(weft_api::cni::Failure::new(
+                            11,
+                            "the agent is starting",
+                            "its local etcd is not connected yet",
+                        )),
+                    }
+                })
+            });
+            handler
+        }),
+    }
 }
 
 /// The plugin host, with the plugin directory followed when one is configured. The
