@@ -16,18 +16,12 @@ use support::{ip_json, node_json, Etcd};
 
 /// Remote clusters; `WEFT_SCALE_CLUSTERS` takes fewer for a profile.
 fn clusters() -> u32 {
-    std::env::var("WEFT_SCALE_CLUSTERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10)
+    support::env_or("WEFT_SCALE_CLUSTERS", 10)
 }
 /// Rounds of (raw read, agent sync), each against the same etcds; `WEFT_SCALE_ROUNDS`.
 /// The machines are noisy: the median ratio is the figure.
 fn rounds() -> usize {
-    std::env::var("WEFT_SCALE_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
+    support::env_or("WEFT_SCALE_ROUNDS", 3)
 }
 /// Whether the etcds share every CPU with the reader (`WEFT_SCALE_SHARED=1`). By
 /// default they are pinned to the first half of the CPUs and the reader (the raw

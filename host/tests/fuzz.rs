@@ -20,10 +20,7 @@ use weft::state::State;
 mod support;
 
 fn cases() -> u32 {
-    std::env::var("WEFT_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(2_000)
+    support::env_or("WEFT_FUZZ_CASES", 2_000)
 }
 
 fn runner() -> TestRunner {

@@ -45,6 +45,15 @@ pub async fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() 
     }
 }
 
+/// The number in environment variable `name` (a run's size, say), or `default` when it
+/// is unset or not a number.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Awaits `f` at most `limit`; panics naming `what`.
 pub async fn within<T>(what: &str, limit: Duration, f: impl Future<Output = T>) -> T {
     tokio::time::timeout(limit, f)
