@@ -14,6 +14,9 @@ command -v clang-19 >/dev/null || need+=(clang-19)
 command -v ip >/dev/null || need+=(iproute2)
 # The operator guide's commands (run by the tests) use curl.
 command -v curl >/dev/null || need+=(curl)
+# The metrics tests run Prometheus and promtool (Debian's prometheus package; its
+# recommends, the exporters, are not needed; the package starts no service here).
+command -v promtool >/dev/null || need_prometheus=1
 # The deployment's tooling is installed with pip into a venv (below).
 python3 -c "import venv" 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
@@ -22,6 +25,13 @@ if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ "${need_prometheus:-0}" = 1 ]; then
+  echo "installing: prometheus (for promtool)"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  [ ${#need[@]} -gt 0 ] || $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 # Plugins are built for wasm32-wasip2.
 if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-wasip2; then

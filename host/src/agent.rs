@@ -7,7 +7,7 @@ use crate::endpoint::store::Phase;
 use crate::endpoint::EndpointManager;
 use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
-use crate::metrics::{WaitResult, Waiter, Waits};
+use crate::metrics::{Waiter, Waits};
 use crate::model::{Node, NodeAddress};
 use crate::node::{run_registration, NodeId, Registration};
 use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustPolicy};
@@ -67,6 +67,75 @@ pub struct EndpointsConfig {
     /// The namespace their host sides live in (the datapath's), the agent's own when
     /// `None`.
     pub netns: Option<PathBuf>,
+    /// Where the forwarding knobs are: `/proc`, or the node's `/proc/sys/net` mounted
+    /// elsewhere (a container's own `/proc/sys` is read-only).
+    pub procfs: PathBuf,
+}
+
+impl EndpointsConfig {
+    /// The forwarding knobs the agent turns on: one per family of the pod CIDRs.
+    pub fn forwarding_knobs(&self) -> Vec<PathBuf> {
+        let mut knobs = Vec::new();
+        if self.pod_cidrs.iter().any(|c| c.addr().is_ipv4()) {
+            knobs.push(self.procfs.join("sys/net/ipv4/ip_forward"));
+        }
+        if self.pod_cidrs.iter().any(|c| c.addr().is_ipv6()) {
+            knobs.push(self.procfs.join("sys/net/ipv6/conf/all/forwarding"));
+        }
+        knobs
+    }
+}
+
+/// A path the agent writes, and what it writes there: what a deployment must give it
+/// writable (`weftd run --print-written-paths`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenPath {
+    /// A directory the agent writes in, or a file it writes in place.
+    pub path: PathBuf,
+    /// What it writes there.
+    pub what: &'static str,
+}
+
+impl Config {
+    /// Every path this configuration has the agent write. Each is the one the code
+    /// that writes it uses, so a chart checked against this list cannot miss one.
+    pub fn written_paths(&self) -> Vec<WrittenPath> {
+        let at = |path: PathBuf, what| WrittenPath { path, what };
+        let mut paths = vec![at(
+            self.state_dir.clone(),
+            "the API socket, endpoint records, IPAM, the WireGuard key",
+        )];
+        if self.plugins.dir.is_some() {
+            paths.push(at(self.plugin_cache_dir(), "the plugins' compile cache"));
+        }
+        if let Some(dir) = &self.plugins.record_dir {
+            paths.push(at(dir.clone(), "the plugin hook recording"));
+        }
+        if let Some(d) = &self.datapath {
+            paths.push(at(d.root.clone(), "BPF maps, programs and links (a bpffs)"));
+        }
+        // An adopted device's socket is only connected to: its helper writes there.
+        if self.wireguard.as_ref().is_some_and(|w| !w.external_helper) {
+            paths.push(at(
+                wireguard::RUN_DIR.into(),
+                "the userspace WireGuard device the agent starts: its socket, PID file, log",
+            ));
+        }
+        if let Some(e) = &self.endpoints {
+            for knob in e.forwarding_knobs() {
+                paths.push(at(knob, "forwarding for the endpoints (a sysctl)"));
+            }
+        }
+        paths
+    }
+
+    /// The plugins' compile cache: as configured, else in the state directory.
+    pub fn plugin_cache_dir(&self) -> PathBuf {
+        self.plugins
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("plugin-cache"))
+    }
 }
 
 /// Where plugins come from and how they are limited.
@@ -557,10 +626,7 @@ fn start_plugins(
         return Ok((host, watch::channel(true).1));
     };
     let trust = trust_policy(pc)?;
-    let cache_dir = pc
-        .cache_dir
-        .clone()
-        .unwrap_or_else(|| config.state_dir.join("plugin-cache"));
+    let cache_dir = config.plugin_cache_dir();
     let cache = CompileCache::open(&cache_dir)
         .inspect_err(|e| tracing::warn!(error = %e, "plugins load without a compile cache"))
         .ok();
@@ -635,11 +701,8 @@ impl GarbageGate {
                     Ok(_) => self.mesh.ip_identities_synced(deadline).await,
                     Err(e) => Err(e),
                 };
-                self.waits.observe(
-                    Waiter::WireguardGc,
-                    WaitResult::of(&synced),
-                    started.elapsed(),
-                );
+                self.waits
+                    .observe_wait(Waiter::WireguardGc, &synced, started.elapsed());
                 match synced {
                     Ok(r) => {
                         tracing::info!(synced = ?r.synced, disconnected = ?r.disconnected, "remote nodes synced: restored WireGuard peers may go");
@@ -777,7 +840,7 @@ fn endpoint_regeneration(
                 wait_for_regeneration(&mesh, &plugins, config, endpoint, reason, on_wait).await;
             // Only a wait is observed: a verdict to proceed waited for nothing.
             if let Some(result) = &outcome.result {
-                waits.observe(waiter, WaitResult::of(result), started.elapsed());
+                waits.observe_wait(waiter, result, started.elapsed());
             }
             outcome
         })
@@ -787,18 +850,13 @@ fn endpoint_regeneration(
 /// Turns on forwarding in the endpoints' node namespace, for each family of the pod
 /// CIDRs: pods reach other pods, the node and other nodes through it.
 fn enable_forwarding(config: &EndpointsConfig) -> Result<(), Error> {
-    let mut knobs = Vec::new();
-    if config.pod_cidrs.iter().any(|c| c.addr().is_ipv4()) {
-        knobs.push("/proc/sys/net/ipv4/ip_forward");
-    }
-    if config.pod_cidrs.iter().any(|c| c.addr().is_ipv6()) {
-        knobs.push("/proc/sys/net/ipv6/conf/all/forwarding");
-    }
-    // /proc/sys/net is the namespace of the thread that opens it.
+    let knobs = config.forwarding_knobs();
+    // /proc/sys/net is the namespace of the thread that opens it, wherever it is
+    // mounted.
     crate::datapath::in_netns(config.netns.as_deref(), || {
         knobs
             .iter()
-            .try_for_each(|k| std::fs::write(k, "1").map_err(|e| format!("{k}: {e}")))
+            .try_for_each(|k| std::fs::write(k, "1").map_err(|e| format!("{}: {e}", k.display())))
     })
     .map_err(|e| Error::Config {
         reason: format!("endpoints' namespace: {e}"),

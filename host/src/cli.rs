@@ -321,6 +321,15 @@ pub struct RunArgs {
     /// The MTU of endpoint interfaces (leave room for WireGuard's 80 bytes).
     #[arg(long, env = "WEFT_ENDPOINT_MTU", default_value_t = 1420)]
     pub endpoint_mtu: u32,
+    /// Where the node's procfs is, for the forwarding knobs (`sys/net/...`): a
+    /// container's own `/proc/sys` is read-only, so the chart mounts the node's
+    /// `/proc/sys/net` at `/host/proc/sys/net` and sets `/host/proc`.
+    #[arg(long, env = "WEFT_PROCFS", default_value = "/proc")]
+    pub procfs: PathBuf,
+    /// Print every path this configuration writes (one per line: the path, a tab,
+    /// what is written there) and exit: what a deployment must mount writable.
+    #[arg(long)]
+    pub print_written_paths: bool,
     /// Serve Prometheus metrics on this address (`/metrics`); off unless given.
     #[arg(long, env = "WEFT_PROMETHEUS_SERVE_ADDR")]
     pub prometheus_serve_addr: Option<std::net::SocketAddr>,
@@ -355,6 +364,16 @@ pub struct WireGuardArgs {
     /// The `weft-wg` helper that runs a userspace device (default: next to weftd).
     #[arg(long, env = "WEFT_WIREGUARD_HELPER")]
     pub wireguard_helper: Option<PathBuf>,
+    /// The userspace device is run outside the agent (`weft-wg DEVICE` in its own
+    /// container, as the chart does, sharing `/var/run/wireguard`): wait for its
+    /// socket and adopt it; never start a helper or a kernel device. A helper the
+    /// agent started would die with the agent's container.
+    #[arg(
+        long,
+        env = "WEFT_WIREGUARD_EXTERNAL_HELPER",
+        conflicts_with = "wireguard_helper"
+    )]
+    pub wireguard_external_helper: bool,
     /// Remove restored peers without waiting for the remote nodes: the outage the wait
     /// exists to prevent. For demonstrating it only.
     #[arg(long, hide = true)]
@@ -515,6 +534,7 @@ impl RunArgs {
             if let Some(helper) = wg.wireguard_helper {
                 c.helper = helper;
             }
+            c.external_helper = wg.wireguard_external_helper;
             c.mtu_device = self.datapath.native_device.clone();
             c.wait_for_remote_nodes = !wg.wireguard_unsafe_early_gc;
             c
@@ -539,6 +559,7 @@ impl RunArgs {
                 pod_cidrs: self.pod_cidr,
                 mtu: self.endpoint_mtu,
                 netns: self.datapath.datapath_netns.clone(),
+                procfs: self.procfs,
             }),
             node_name,
             node_ips: self.node_ip,

@@ -26,6 +26,11 @@ async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
+        Command::Run(args) if args.print_written_paths => {
+            for p in args.into_config().written_paths() {
+                println!("{}\t{}", p.path.display(), p.what);
+            }
+        }
         Command::Run(args) => {
             weft::agent::run(args.into_config(), shutdown_signal()).await?;
         }

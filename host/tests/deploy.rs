@@ -6,62 +6,20 @@
 mod support;
 
 use serde_yaml::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::Command;
-use support::deploy_tools::{root, tool, validate};
-
-/// `helm template` of the chart with `sets`: the manifests, or Helm's error.
-fn render(sets: &[&str]) -> Result<String, String> {
-    let mut cmd = Command::new(tool("helm"));
-    cmd.args(["template", "weft"])
-        .arg(root().join("deploy/helm/weft"))
-        .args(["--namespace", "kube-system"]);
-    for s in sets {
-        cmd.args(["--set", s]);
-    }
-    let out = cmd.output().unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8(out.stdout).unwrap())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-fn documents(manifests: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(manifests)
-        .map(|d| Value::deserialize(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-use serde::Deserialize as _;
-
-fn daemonset(manifests: &str) -> Value {
-    documents(manifests)
-        .into_iter()
-        .find(|d| d["kind"] == "DaemonSet")
-        .expect("a DaemonSet")
-}
-
-fn containers<'a>(ds: &'a Value, which: &str) -> &'a Vec<Value> {
-    ds["spec"]["template"]["spec"][which]
-        .as_sequence()
-        .unwrap_or_else(|| panic!("{which}"))
-}
-
-fn env<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
-    container["env"]
-        .as_sequence()?
-        .iter()
-        .find(|e| e["name"] == name)?["value"]
-        .as_str()
-}
-
-const ENDPOINTS: &str = "kvstore.endpoints=https://etcd.kube-system:2379";
+use support::chart::{
+    command_line, container, containers, daemonset, env, environment, mount_of, mounts, render,
+    ENDPOINTS,
+};
+use support::deploy_tools::{root, validate};
 
 #[test]
 fn the_chart_renders_to_manifests_the_schemas_accept_and_the_validator_can_refuse() {
-    let cases: [&[&str]; 4] = [
+    let cases: [&[&str]; 5] = [
         &[ENDPOINTS],
+        &[ENDPOINTS, "wireguard.userspace=false"],
         &[ENDPOINTS, "plugins.configMap=acme-plugins"],
         &[
             ENDPOINTS,
@@ -110,7 +68,7 @@ fn the_daemonset_runs_on_the_host_network_with_named_capabilities_and_no_privile
             assert_eq!(sc["capabilities"]["drop"][0], "ALL", "{:?}", c["name"]);
         }
     }
-    let weftd = &containers(&ds, "containers")[0];
+    let weftd = container(&ds, "weftd");
     let added: Vec<&str> = weftd["securityContext"]["capabilities"]["add"]
         .as_sequence()
         .unwrap()
@@ -186,7 +144,7 @@ fn vendor_plugins_come_pinned_by_digest_with_the_operators_trust_policy() {
         pull["args"][1].as_str(),
         Some(format!("registry.example/acme/weft-plugins@{digest}").as_str())
     );
-    let weftd = &containers(&ds, "containers")[0];
+    let weftd = container(&ds, "weftd");
     assert_eq!(
         env(weftd, "WEFT_PLUGIN_TRUST_POLICY"),
         Some("/etc/weft/trust/trust.toml")
@@ -221,7 +179,7 @@ fn every_setting_the_chart_passes_is_a_flag_weftd_run_has() {
         .unwrap();
     let help = String::from_utf8(help.stdout).unwrap();
     let ds = daemonset(&render(&[ENDPOINTS, "plugins.configMap=acme-plugins"]).unwrap());
-    let weftd = &containers(&ds, "containers")[0];
+    let weftd = container(&ds, "weftd");
     let mut names: Vec<&str> = weftd["env"]
         .as_sequence()
         .unwrap()
@@ -288,4 +246,237 @@ fn the_images_default_plugins_are_signed_as_its_trust_policy_says() {
     assert!(status.success());
     let trust = std::fs::read_to_string(again.path().join("trust.toml")).unwrap();
     assert!(trust.contains(public.trim()), "{trust}");
+}
+
+const WEFTD: &str = env!("CARGO_BIN_EXE_weftd");
+const WEFT_WG: &str = env!("CARGO_BIN_EXE_weft-wg");
+
+/// What the binary a container runs says it writes, run with the container's
+/// environment as the chart sets it: `weftd run --print-written-paths` or `weft-wg
+/// --print-written-paths`; each path with what is written there.
+fn written_paths(c: &Value) -> Vec<(String, String)> {
+    let words = command_line(c);
+    let line = words.join(" ");
+    let mut cmd = if line.contains("weftd run") {
+        let mut cmd = Command::new(WEFTD);
+        cmd.arg("run");
+        cmd
+    } else if words[0] == "weft-wg" {
+        Command::new(WEFT_WG)
+    } else {
+        panic!("which of weft's binaries does {:?} run? {line}", c["name"]);
+    };
+    let node = BTreeMap::from([
+        ("spec.nodeName", "node-1".to_owned()),
+        ("status.hostIP", "192.0.2.10".to_owned()),
+    ]);
+    cmd.arg("--print-written-paths")
+        .env_clear()
+        .envs(environment(c, &node));
+    // The wrapper's: the pod CIDRs the init container read.
+    if line.contains("WEFT_POD_CIDR=") {
+        cmd.env("WEFT_POD_CIDR", "10.0.0.0/24");
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        c["name"],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines()
+        .map(|l| {
+            let (path, what) = l.split_once('\t').unwrap();
+            (path.to_owned(), what.to_owned())
+        })
+        .collect()
+}
+
+/// Every path a container's binary writes that no writable volume holds, named with
+/// its container and what is written there; and how many paths were checked.
+fn unwritable(ds: &Value) -> (Vec<String>, usize) {
+    let (mut problems, mut checked) = (Vec::new(), 0);
+    for c in containers(ds, "containers") {
+        let name = c["name"].as_str().unwrap();
+        assert_eq!(
+            c["securityContext"]["readOnlyRootFilesystem"], true,
+            "{name}: everything but its volumes is read-only"
+        );
+        let mounts = mounts(ds, c);
+        for (path, what) in written_paths(c) {
+            checked += 1;
+            match mount_of(&mounts, Path::new(&path)) {
+                Some(m) if m.writable() => {}
+                Some(m) => problems.push(format!(
+                    "{name}: {path} ({what}) is on {} volume {} mounted at {}",
+                    if m.read_only { "the read-only" } else { "the" },
+                    m.volume,
+                    m.path
+                )),
+                None => problems.push(format!(
+                    "{name}: {path} ({what}) is on the read-only root filesystem"
+                )),
+            }
+        }
+    }
+    (problems, checked)
+}
+
+#[test]
+fn every_path_the_binaries_write_as_the_chart_runs_them_has_a_writable_volume() {
+    let cases: [&[&str]; 5] = [
+        &[ENDPOINTS],
+        &[ENDPOINTS, "wireguard.userspace=false"],
+        &[ENDPOINTS, "plugins.configMap=acme-plugins"],
+        &[
+            ENDPOINTS,
+            "endpoints.enabled=false",
+            "datapath.enabled=false",
+        ],
+        &[ENDPOINTS, "wireguard.enabled=false"],
+    ];
+    for sets in cases {
+        let ds = daemonset(&render(sets).unwrap());
+        let (problems, checked) = unwritable(&ds);
+        assert!(problems.is_empty(), "{sets:?}:\n{}", problems.join("\n"));
+        assert!(checked >= 2, "{sets:?}: only {checked} paths checked");
+    }
+    // What the default chart's binaries write, so that the check above checked them.
+    let ds = daemonset(&render(&[ENDPOINTS]).unwrap());
+    let helper: Vec<String> = written_paths(container(&ds, "wireguard"))
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(helper, ["/var/run/wireguard"]);
+    let agent: Vec<String> = written_paths(container(&ds, "weftd"))
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    for p in [
+        "/var/run/weft",
+        "/sys/fs/bpf/weft",
+        "/host/proc/sys/net/ipv4/ip_forward",
+    ] {
+        assert!(agent.iter().any(|a| a == p), "{p} in {agent:?}");
+    }
+    // An agent that starts its own device (the kernel's asked for) writes its
+    // socket directory.
+    let kernel = daemonset(&render(&[ENDPOINTS, "wireguard.userspace=false"]).unwrap());
+    let agent = written_paths(container(&kernel, "weftd"));
+    assert!(
+        agent.iter().any(|(p, _)| p == "/var/run/wireguard"),
+        "{agent:?}"
+    );
+}
+
+/// `ds` with the mount of `volume` taken from container `name`.
+fn without_mount(ds: &Value, name: &str, volume: &str) -> Value {
+    let mut ds = ds.clone();
+    let containers = ds["spec"]["template"]["spec"]["containers"]
+        .as_sequence_mut()
+        .unwrap();
+    let c = containers.iter_mut().find(|c| c["name"] == name).unwrap();
+    let mounts = c["volumeMounts"].as_sequence_mut().unwrap();
+    let before = mounts.len();
+    mounts.retain(|m| m["name"] != volume);
+    assert_eq!(mounts.len(), before - 1, "{name} mounts {volume}");
+    ds
+}
+
+#[test]
+fn control_without_the_wireguard_or_proc_volume_the_check_names_the_path() {
+    let ds = daemonset(&render(&[ENDPOINTS]).unwrap());
+    let (problems, _) = unwritable(&without_mount(&ds, "wireguard", "wireguard-run"));
+    assert!(
+        problems.len() == 1 && problems[0].starts_with("wireguard: /var/run/wireguard ("),
+        "{problems:?}"
+    );
+    let (problems, _) = unwritable(&without_mount(&ds, "weftd", "host-proc-sys-net"));
+    assert!(
+        problems.len() == 1
+            && problems[0].starts_with("weftd: /host/proc/sys/net/ipv4/ip_forward (")
+            && problems[0].ends_with("is on the read-only root filesystem"),
+        "{problems:?}"
+    );
+    // A read-only mount is no better than none.
+    let kernel = daemonset(&render(&[ENDPOINTS, "wireguard.userspace=false"]).unwrap());
+    let mut ro = kernel.clone();
+    for c in ro["spec"]["template"]["spec"]["containers"]
+        .as_sequence_mut()
+        .unwrap()
+    {
+        for m in c["volumeMounts"].as_sequence_mut().unwrap() {
+            if m["name"] == "state" {
+                m["readOnly"] = true.into();
+            }
+        }
+    }
+    let (problems, _) = unwritable(&ro);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("weftd: /var/run/weft (")
+                && p.contains("the read-only volume state")),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn every_container_requests_resources_and_the_pod_uses_the_nodes_resolver() {
+    let ds = daemonset(&render(&[ENDPOINTS, "plugins.configMap=acme-plugins"]).unwrap());
+    for which in ["initContainers", "containers"] {
+        for c in containers(&ds, which) {
+            let requests = &c["resources"]["requests"];
+            assert!(
+                requests["cpu"].is_string() && requests["memory"].is_string(),
+                "{:?} requests no cpu and memory: {:?}",
+                c["name"],
+                c["resources"]
+            );
+        }
+    }
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    // The node's resolver, as the comment beside it says: the cluster's DNS runs in
+    // pods that need the agent.
+    assert_eq!(pod["dnsPolicy"], "Default");
+    let template =
+        std::fs::read_to_string(root().join("deploy/helm/weft/templates/daemonset.yaml")).unwrap();
+    let line = template
+        .lines()
+        .position(|l| l.trim() == "dnsPolicy: Default")
+        .unwrap();
+    let comment: String = template.lines().take(line).collect::<Vec<_>>()[line - 4..].join(" ");
+    assert!(comment.contains("node's resolver"), "{comment}");
+}
+
+#[test]
+fn values_without_which_the_agent_cannot_start_are_refused_at_render_naming_the_value() {
+    for (sets, names) in [
+        (vec![], "kvstore.endpoints is required"),
+        (vec![ENDPOINTS, "cluster.name="], "cluster.name is required"),
+        (
+            vec![ENDPOINTS, "cluster.id=256"],
+            "cluster.id must be 0-255",
+        ),
+        (vec![ENDPOINTS, "cluster.id=-1"], "cluster.id must be 0-255"),
+        (
+            vec![ENDPOINTS, "datapath.nativeDevice="],
+            "datapath.nativeDevice",
+        ),
+        (vec![ENDPOINTS, "wireguard.device="], "wireguard.device"),
+    ] {
+        let error = render(&sets).expect_err(names);
+        assert!(error.contains(names), "{sets:?}: {error}");
+    }
+    // Turned off, a part needs nothing.
+    render(&[
+        ENDPOINTS,
+        "datapath.enabled=false",
+        "datapath.nativeDevice=",
+    ])
+    .unwrap();
+    render(&[ENDPOINTS, "wireguard.enabled=false", "wireguard.device="]).unwrap();
+    render(&[ENDPOINTS, "cluster.id=255"]).unwrap();
 }

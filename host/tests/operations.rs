@@ -7,7 +7,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 use support::agent::{cluster_config, Agent};
-use support::http::{free_addr, get};
+use support::http::{free_addr, get, get_accepting, PROMETHEUS_ACCEPT};
 use support::{eventually, Etcd};
 
 /// The value of the sample `name{labels}` (exactly as exposed), if present.
@@ -22,8 +22,9 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 async fn scrape_until(addr: SocketAddr, series: &str, ok: impl Fn(f64) -> bool) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let text = match get(addr, "/metrics").await {
-            Some((code, text)) => {
+        // As Prometheus asks: OpenMetrics.
+        let text = match get_accepting(addr, "/metrics", Some(PROMETHEUS_ACCEPT)).await {
+            Some((code, _, text)) => {
                 assert_eq!(code, 200, "{text}");
                 text
             }

@@ -4,10 +4,13 @@
 //! `weft-wg NAME [--netns PATH]` creates the TUN device NAME (in the namespace PATH,
 //! entered first) and its UAPI socket `/var/run/wireguard/NAME.sock`, writes its PID
 //! to `/var/run/wireguard/NAME.pid`, and runs until killed. The agent configures it
-//! through the socket.
+//! through the socket. The agent starts it, or it runs on its own (the chart's
+//! `wireguard` container) and the agent adopts it. `weft-wg --print-written-paths`
+//! prints the directory it writes.
 
 use boringtun::device::{DeviceConfig, DeviceHandle};
 use std::process::ExitCode;
+use weft::wireguard::RUN_DIR;
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -15,6 +18,10 @@ fn main() -> ExitCode {
         eprintln!("usage: weft-wg NAME [--netns PATH]");
         return ExitCode::from(2);
     };
+    if name == "--print-written-paths" {
+        println!("{RUN_DIR}\tthe device's UAPI socket and PID file");
+        return ExitCode::SUCCESS;
+    }
     if let [flag, path] = rest.as_slice() {
         if flag != "--netns" {
             eprintln!("weft-wg: unknown flag {flag}");
@@ -49,7 +56,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let socket = format!("/var/run/wireguard/{name}.sock");
+    let socket = format!("{RUN_DIR}/{name}.sock");
     {
         use std::os::unix::fs::PermissionsExt as _;
         if let Err(e) = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)) {
@@ -57,7 +64,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let pid_file = format!("/var/run/wireguard/{name}.pid");
+    let pid_file = format!("{RUN_DIR}/{name}.pid");
     if let Err(e) = std::fs::write(&pid_file, std::process::id().to_string()) {
         eprintln!("weft-wg: cannot write {pid_file}: {e}");
     }

@@ -2,25 +2,24 @@
 //! (OpenMetrics text, `weft_` prefix, base units; `prometheus-client` adds `_total` to
 //! counters and the unit to names). One function per part of the status.
 
-use super::{Latency, WaitResult, Waiter};
+use super::{Latency, Waiter, WaitsSnapshot};
 use crate::api::{EndpointsSummary, StatusReport};
 use crate::clustermesh::{ClusterStatus, Resource};
 use crate::datapath::DatapathStatus;
-use crate::plugins::PluginsReport;
+use crate::plugins::{PluginsReport, FAILURE_CAUSES};
 use crate::state::Totals;
 use crate::wireguard::PeerSyncStatus;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
-use std::collections::BTreeMap;
 use std::fmt;
 
 /// What one scrape shows.
 #[derive(Debug)]
 struct Snapshot {
     report: StatusReport,
-    waits: BTreeMap<(Waiter, WaitResult), Latency>,
+    waits: WaitsSnapshot,
 }
 
 /// Labels of a sample.
@@ -106,7 +105,15 @@ impl Families<'_, '_> {
     }
 }
 
-fn remote_clusters(f: &mut Families, clusters: &[ClusterStatus]) -> fmt::Result {
+/// Per remote cluster: every series appears, at 0 where nothing happened yet, once
+/// the cluster is added (a series that first appears at 1 is no increase to a
+/// scraper).
+fn remote_clusters(
+    f: &mut Families,
+    clusters: &[ClusterStatus],
+    t: Option<&Totals>,
+    w: &WaitsSnapshot,
+) -> fmt::Result {
     let each = |v: &dyn Fn(&ClusterStatus) -> Value<'static>| {
         by("cluster", clusters.iter().map(|c| (c.name.as_str(), v(c))))
     };
@@ -180,11 +187,42 @@ fn remote_clusters(f: &mut Families, clusters: &[ClusterStatus]) -> fmt::Result 
             .iter()
             .filter_map(|c| Some((c.name.as_str(), Value::Gauge(c.last_failure_unix? as f64)))),
     );
-    f.seconds("remote_cluster_last_failure_timestamp", "When the remote cluster last failed (refused, unreachable, a broken watch), since the Unix epoch.", &failed)
+    f.seconds("remote_cluster_last_failure_timestamp", "When the remote cluster last failed (refused, unreachable, a broken watch), since the Unix epoch.", &failed)?;
+    let timeouts: Vec<_> = clusters
+        .iter()
+        .flat_map(|c| {
+            Waiter::ALL.into_iter().map(|waiter| {
+                (
+                    vec![
+                        ("cluster", c.name.clone()),
+                        ("waiter", waiter.name().to_owned()),
+                    ],
+                    Value::Counter(w.timeouts_of(&c.name, waiter)),
+                )
+            })
+        })
+        .collect();
+    f.plain(
+        "remote_cluster_sync_timeouts",
+        "Waits on remote state (by waiter) that timed out with this cluster still pending.",
+        &timeouts,
+    )?;
+    let claims = |c: &ClusterStatus| t.and_then(|t| t.refused_claims.get(&c.name));
+    f.plain(
+        "remote_cluster_refused_claims",
+        "Claims a remote cluster made for what is not its own (another cluster's node space, prefix or identity), refused.",
+        &each(&|c| Value::Counter(claims(c).map_or(0, |r| r.refused))),
+    )?;
+    f.plain(
+        "remote_cluster_held_back_claims",
+        "Refused claims held back now: they take effect when what blocks them goes away.",
+        &each(&|c| Value::Gauge(claims(c).map_or(0, |r| r.held_back) as f64)),
+    )
 }
 
-fn waits(f: &mut Families, waits: &BTreeMap<(Waiter, WaitResult), Latency>) -> fmt::Result {
+fn waits(f: &mut Families, waits: &WaitsSnapshot) -> fmt::Result {
     let samples: Vec<_> = waits
+        .durations
         .iter()
         .map(|((w, r), l)| {
             let labels = vec![
@@ -222,28 +260,6 @@ fn state(f: &mut Families, t: &Totals) -> fmt::Result {
         "state_rejected_values",
         "Values the state refused (an identity of the wrong cluster, say).",
         &one(Value::Counter(t.rejected)),
-    )?;
-    let refused = by(
-        "cluster",
-        t.refused_claims
-            .iter()
-            .map(|(c, r)| (c.as_str(), Value::Counter(r.refused))),
-    );
-    f.plain(
-        "remote_cluster_refused_claims",
-        "Claims a remote cluster made for what is not its own (another cluster's node space, prefix or identity), refused.",
-        &refused,
-    )?;
-    let held_back = by(
-        "cluster",
-        t.refused_claims
-            .iter()
-            .map(|(c, r)| (c.as_str(), Value::Gauge(r.held_back as f64))),
-    );
-    f.plain(
-        "remote_cluster_held_back_claims",
-        "Refused claims held back now: they take effect when what blocks them goes away.",
-        &held_back,
     )
 }
 
@@ -357,13 +373,14 @@ fn plugins(f: &mut Families, p: &PluginsReport) -> fmt::Result {
         "Hook calls made to the plugin.",
         &each(&|s| Value::Counter(s.calls)),
     )?;
+    // Every cause from the load on, at 0 until it happens.
     let failures: Vec<_> = loaded
         .iter()
         .flat_map(|s| {
-            s.failure_causes.iter().map(|(cause, n)| {
+            FAILURE_CAUSES.into_iter().map(|cause| {
                 (
-                    vec![("plugin", s.name.clone()), ("cause", cause.clone())],
-                    Value::Counter(*n),
+                    vec![("plugin", s.name.clone()), ("cause", cause.to_owned())],
+                    Value::Counter(s.failure_causes.get(cause).copied().unwrap_or(0)),
                 )
             })
         })
@@ -451,7 +468,7 @@ fn endpoints(f: &mut Families, e: &EndpointsSummary) -> fmt::Result {
 impl Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let (r, f) = (&self.report, &mut Families(&mut enc));
-        remote_clusters(f, &r.clusters)?;
+        remote_clusters(f, &r.clusters, r.totals.as_ref(), &self.waits)?;
         waits(f, &self.waits)?;
         if let Some(t) = &r.totals {
             state(f, t)?;
@@ -498,7 +515,7 @@ impl Collector for Snapshot {
 /// let text = weft::metrics::encode(report, Default::default());
 /// assert!(text.ends_with("# EOF\n"));
 /// ```
-pub fn encode(report: StatusReport, waits: BTreeMap<(Waiter, WaitResult), Latency>) -> String {
+pub fn encode(report: StatusReport, waits: WaitsSnapshot) -> String {
     let mut registry = Registry::with_prefix("weft");
     registry.register_collector(Box::new(Snapshot { report, waits }));
     let mut out = String::new();
@@ -507,13 +524,11 @@ pub fn encode(report: StatusReport, waits: BTreeMap<(Waiter, WaitResult), Latenc
     out
 }
 
-/// The content type of [`encode`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plugins::{PluginStatus, PluginsReport};
+    use std::collections::BTreeMap;
     use std::time::Duration;
 
     fn report() -> StatusReport {
@@ -585,7 +600,7 @@ mod tests {
 
     #[test]
     fn plugins_datapath_and_wireguard_are_named_as_prometheus_expects() {
-        let text = encode(report(), BTreeMap::new());
+        let text = encode(report(), WaitsSnapshot::default());
         for line in [
             "weft_plugin_calls_total{plugin=\"policy\"} 7",
             "weft_plugin_failures_total{plugin=\"policy\",cause=\"deadline\"} 2",

@@ -5,15 +5,18 @@
 //! writer), so `weftd status` and a scrape read the same numbers.
 
 mod encode;
+mod format;
 mod latency;
 mod waits;
 
-pub use encode::{encode, CONTENT_TYPE};
+pub use encode::encode;
+pub use format::{text_004, Format};
 pub use latency::{Latency, CALL_BOUNDS_US, WAIT_BOUNDS_US};
-pub use waits::{WaitResult, Waiter, Waits};
+pub use waits::{WaitResult, Waiter, Waits, WaitsSnapshot};
 
 /// Binds `addr` and serves `GET /metrics` until dropped: each scrape reads `status`
-/// (on the blocking pool: it may ask the WireGuard device) and `waits`.
+/// (on the blocking pool: it may ask the WireGuard device) and `waits`, in the format
+/// the scraper's `Accept` asks for ([`Format::negotiate`]).
 ///
 /// # Errors
 /// When `addr` cannot be bound.
@@ -22,14 +25,26 @@ pub async fn serve(
     status: std::sync::Arc<dyn Fn() -> crate::api::StatusReport + Send + Sync>,
     waits: std::sync::Arc<Waits>,
 ) -> std::io::Result<(std::net::SocketAddr, impl std::future::Future<Output = ()>)> {
-    use axum::http::{header, StatusCode};
+    use axum::http::{header, HeaderMap, StatusCode};
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let scrape = move || {
+    let scrape = move |headers: HeaderMap| {
         let (status, waits) = (status.clone(), waits.clone());
+        let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()));
         async move {
-            match tokio::task::spawn_blocking(move || encode(status(), waits.snapshot())).await {
-                Ok(text) => (StatusCode::OK, [(header::CONTENT_TYPE, CONTENT_TYPE)], text),
+            let encoded = tokio::task::spawn_blocking(move || {
+                let text = encode(status(), waits.snapshot());
+                match format {
+                    Format::OpenMetrics => text,
+                    Format::Text => text_004(&text),
+                }
+            });
+            match encoded.await {
+                Ok(text) => (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, format.content_type())],
+                    text,
+                ),
                 Err(e) => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     [(header::CONTENT_TYPE, "text/plain")],

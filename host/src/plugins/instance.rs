@@ -243,3 +243,26 @@ impl Instance {
         .map_err(failed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cause_a_call_can_fail_with_is_one_metrics_show_from_the_start() {
+        let errors = [
+            CallError::Deadline,
+            CallError::MemoryCap,
+            CallError::Limit { what: "x".into() },
+            CallError::Contract(Violation::UnknownBarrier { name: "x".into() }),
+            CallError::Trap { reason: "x".into() },
+        ];
+        for e in errors {
+            assert!(
+                super::super::FAILURE_CAUSES.contains(&e.cause()),
+                "{}",
+                e.cause()
+            );
+        }
+    }
+}

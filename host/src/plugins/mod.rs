@@ -47,7 +47,7 @@ pub use replay::{replay, Difference, ReplayReport};
 pub use runtime::{Prepared, Runtime};
 pub use set::{Answer, PluginSet};
 pub use shadow::{Disagreement, ShadowStatus};
-pub use slot::{Isolation, LoadedPlugin, Outcome, PluginStatus, Record};
+pub use slot::{Isolation, LoadedPlugin, Outcome, PluginStatus, Record, FAILURE_CAUSES};
 pub use trust::{TrustPolicy, TrustedKey};
 
 use std::path::PathBuf;

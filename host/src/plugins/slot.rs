@@ -64,6 +64,20 @@ impl LoadedPlugin {
     }
 }
 
+/// Every cause a failed call is counted under: a call's [`CallError::cause`], and
+/// `instantiate` and `stall`. Metrics show each at 0 from a plugin's load on.
+///
+/// [`CallError::cause`]: super::CallError::cause
+pub const FAILURE_CAUSES: [&str; 7] = [
+    "deadline",
+    "memory",
+    "limit",
+    "contract",
+    "trap",
+    "instantiate",
+    "stall",
+];
+
 /// What `weftd status` shows of a plugin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginStatus {
@@ -93,7 +107,7 @@ pub struct PluginStatus {
     pub counters: BTreeMap<String, u64>,
     /// Failed calls by cause: `deadline`, `memory`, `limit`, `contract`, `trap`,
     /// `instantiate` (a new instance could not be made) or `stall` (its thread did not
-    /// answer within the stall bound).
+    /// answer within the stall bound): [`FAILURE_CAUSES`]. Only causes seen are listed.
     #[serde(default)]
     pub failure_causes: BTreeMap<String, u64>,
     /// Times it was quarantined.

@@ -16,12 +16,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use wireguard_control::{Backend, DeviceUpdate, InterfaceName, Key, PeerConfigBuilder};
 
-/// Where userspace devices keep their sockets; not per namespace, so device names
-/// must be unique on the machine.
-const RUN_DIR: &str = "/var/run/wireguard";
+/// Where userspace devices keep their sockets (boringtun and the control crate both
+/// fix it); not per namespace, so device names must be unique on the machine. The
+/// helper writes here, and so does the agent when it starts one (the helper's log).
+pub const RUN_DIR: &str = "/var/run/wireguard";
 
-/// How long a new helper gets to open its socket.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new helper gets to open its socket, and how long an agent waits for
+/// one run outside it ([`WireGuardDevice::adopt`]).
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a UAPI call may take: a helper that does not answer in this time is hung.
 pub const UAPI_TIMEOUT: Duration = Duration::from_secs(2);
@@ -217,6 +219,39 @@ impl WireGuardDevice {
                 Err(e) => tracing::warn!(device = %device_name, error = %e, "weft-wg not reaped"),
             })
             .map_err(|e| bad(format!("reaper thread: {e}")))?;
+        Ok(device)
+    }
+
+    /// The userspace device `name` run by someone else (the chart's `wireguard`
+    /// container runs `weft-wg`, so that an agent container's restart leaves the
+    /// device and its tunnels up): waits up to `within` for its socket to answer.
+    /// Nothing is ever started, neither a helper (it would live and die in the
+    /// agent's container) nor a kernel device.
+    ///
+    /// # Errors
+    /// [`Error::Device`] naming the socket when it does not answer in time.
+    pub fn adopt(name: &str, within: Duration) -> Result<Self, Error> {
+        let device = Self::named(name)?;
+        let deadline = Instant::now() + within;
+        while !device.answers() {
+            if Instant::now() > deadline {
+                return Err(Error::Device {
+                    device: name.into(),
+                    reason: format!(
+                        "no weft-wg answers on {} within {within:?}: the device is run outside \
+                         the agent (--wireguard-external-helper), by its own container or \
+                         process; is it running, with the same socket directory mounted?",
+                        device.socket_path().display()
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        tracing::info!(
+            device = name,
+            backend = "userspace",
+            "WireGuard device run outside the agent: adopted"
+        );
         Ok(device)
     }
 

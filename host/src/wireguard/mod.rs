@@ -2,7 +2,9 @@
 //!
 //! The kernel module is not on these machines, so the device is userspace: boringtun
 //! in a `weft-wg` helper process that outlives the agent, configured through the
-//! standard UAPI socket. The key lives in the state directory.
+//! standard UAPI socket. The agent starts the helper itself, or adopts one run
+//! outside it (its own container in the chart's pod). The key lives in the state
+//! directory.
 
 mod device;
 mod key;
@@ -12,7 +14,9 @@ mod peers;
 mod routes;
 mod stage;
 
-pub use device::{WireGuardDevice, NO_USERSPACE_IMPLEMENTATION, UAPI_TIMEOUT};
+pub use device::{
+    WireGuardDevice, NO_USERSPACE_IMPLEMENTATION, RUN_DIR, START_TIMEOUT, UAPI_TIMEOUT,
+};
 pub use key::NodeKey;
 pub use node::{NodeWireGuard, NodeWireGuardConfig, DEFAULT_DEVICE};
 pub use peers::{Collected, PeerChange, PeerTable, Refusal};

@@ -19,8 +19,12 @@ pub struct NodeWireGuardConfig {
     pub device: String,
     /// The network namespace of the device; `None` for the agent's own.
     pub netns: Option<PathBuf>,
-    /// The `weft-wg` binary.
+    /// The `weft-wg` binary, started when no device answers.
     pub helper: PathBuf,
+    /// The userspace device is run outside the agent (the chart's `wireguard`
+    /// container): the agent adopts it and never starts one, since a helper it
+    /// started would live and die with the agent's container.
+    pub external_helper: bool,
     /// The device whose MTU, less WireGuard's overhead, the device gets.
     pub mtu_device: Option<String>,
     /// Whether restored peers wait for the remote nodes before garbage collection.
@@ -40,6 +44,7 @@ impl NodeWireGuardConfig {
             device,
             netns,
             helper,
+            external_helper: false,
             mtu_device: None,
             wait_for_remote_nodes: true,
         }
@@ -79,7 +84,11 @@ impl NodeWireGuard {
 
 /// Finds or starts the device, configures it, sets its MTU and brings it up.
 fn open_device(config: &NodeWireGuardConfig, key: &NodeKey) -> Result<WireGuardDevice, Error> {
-    let device = WireGuardDevice::ensure(&config.device, config.netns.as_deref(), &config.helper)?;
+    let device = if config.external_helper {
+        WireGuardDevice::adopt(&config.device, super::START_TIMEOUT)?
+    } else {
+        WireGuardDevice::ensure(&config.device, config.netns.as_deref(), &config.helper)?
+    };
     device.configure(key)?;
     let bad = |reason: String| Error::Device {
         device: config.device.clone(),

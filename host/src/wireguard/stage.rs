@@ -4,7 +4,7 @@
 //! the thread takes the whole queue before it sends: a burst of events is one update.
 //! The queue keeps the newest word per node and per prefix, so it is bounded by the
 //! state, never by the rate of events.
-//! The thread also checks the device now and then; one that is gone (its helper
+//! The thread also checks the device now and then; one that is gone or new (its helper
 //! killed) is opened again and given every peer the table holds.
 
 use super::{PeerTable, WireGuardDevice};
@@ -290,7 +290,7 @@ impl Worker {
     fn run(mut self, queue: &Queue) {
         while let Some(pending) = queue.take(HEALTH_CHECK) {
             if pending.is_empty() {
-                if self.device.get().is_err() && self.revive_device() {
+                if self.device_lost() && self.revive_device() {
                     self.apply();
                 }
                 continue;
@@ -383,6 +383,13 @@ impl Worker {
 }
 
 impl Worker {
+    /// Whether the device is gone, or was replaced by a new one: a device the agent
+    /// opened always has its private key, and a new one has none (its helper, run
+    /// in a container of its own, restarted between two checks).
+    fn device_lost(&self) -> bool {
+        !matches!(self.device.get(), Ok(d) if d.private_key.is_some())
+    }
+
     /// Opens the device again, if the stage can; the table then gives it every peer.
     /// Whether it is back.
     fn revive_device(&mut self) -> bool {

@@ -29,6 +29,33 @@ impl Agent {
         Self::start_node(cluster, id, etcd, &format!("192.0.2.{id}"), extra)
     }
 
+    /// [`Agent::start_with`] with the remote clusters `mesh` (name, etcd URL) in its
+    /// mesh directory before it starts.
+    pub fn start_meshed(
+        cluster: &str,
+        id: u32,
+        etcd: &Etcd,
+        mesh: &[(&str, String)],
+        extra: &[&OsStr],
+    ) -> Agent {
+        let state = tempfile::tempdir().unwrap();
+        let mesh_dir = tempfile::tempdir().unwrap();
+        for (name, url) in mesh {
+            super::write_config_file(mesh_dir.path(), name, url);
+        }
+        let node_ip = format!("192.0.2.{id}");
+        let child = spawn(cluster, id, &etcd.url(), &node_ip, &state, &mesh_dir, extra);
+        Agent {
+            child,
+            state,
+            mesh_dir,
+            cluster: cluster.into(),
+            id,
+            etcd_url: etcd.url(),
+            node_ip,
+        }
+    }
+
     /// [`Agent::start_with`] for a node with the address `node_ip`.
     pub fn start_node(
         cluster: &str,

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod bpf;
+pub mod chart;
 pub mod cni;
 pub mod deploy_tools;
 pub mod docs;
@@ -13,6 +14,7 @@ pub mod http;
 mod mesh;
 pub mod netns;
 mod plugins;
+pub mod pod;
 mod proxy;
 mod tls;
 pub mod traffic;

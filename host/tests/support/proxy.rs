@@ -18,6 +18,23 @@ pub struct Proxy {
 impl Proxy {
     pub async fn start(target: u16) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve(listener, target)
+    }
+
+    /// Forwards `port` on the loopback of `ns` to the same port on this namespace's
+    /// loopback: a server of the test (an etcd) reached from inside the namespace at
+    /// the address it has here. The listening socket is made in `ns` (a socket keeps
+    /// the namespace it was made in); the connections onwards are made here.
+    pub async fn bridge(ns: &super::netns::Netns, port: u16) -> Proxy {
+        let listener = ns.run(move || {
+            let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+            l.set_nonblocking(true).unwrap();
+            l
+        });
+        Self::serve(TcpListener::from_std(listener).unwrap(), port)
+    }
+
+    fn serve(listener: TcpListener, target: u16) -> Proxy {
         let port = listener.local_addr().unwrap().port();
         let up = Arc::new(AtomicBool::new(true));
         let (generation, _) = watch::channel(0u64);
