@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use support::agent::{cluster_config, Agent, WEFTD};
 use support::netns::{joined_pair, Netns};
 use support::pod::Pod;
-use support::traffic::{StopDevice, Stream};
+use support::traffic::{
+    tunnelled_pod_json as pod_json, wireguard_peers as peers, StopDevice, Stream,
+};
 use support::{eventually, Etcd, Proxy};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_weft-wg");
@@ -41,19 +43,6 @@ const CUT: Duration = Duration::from_secs(2);
 
 fn pod_b() -> SocketAddr {
     SocketAddr::new(POD_B.parse().unwrap(), 7000)
-}
-
-/// A pod's ipcache entry in cluster `cluster_id`, tunnelled to its node and keyed.
-fn pod_json(cluster_id: u32, ip: &str, node: &str) -> String {
-    let id = cluster_id << 16 | 0x1171;
-    format!(r#"{{"IP":"{ip}","Mask":null,"HostIP":"{node}","ID":{id},"Key":255,"Metadata":""}}"#)
-}
-
-fn peers(status: &Value) -> Vec<Value> {
-    status["wireguard"]["peers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
 }
 
 /// `weftd status -o json` of the agent whose state directory is `dir`.

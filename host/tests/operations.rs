@@ -7,15 +7,8 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 use support::agent::{cluster_config, Agent};
-use support::http::{free_addr, get, get_accepting, PROMETHEUS_ACCEPT};
+use support::http::{free_addr, get, get_accepting, sample, PROMETHEUS_ACCEPT};
 use support::{eventually, Etcd};
-
-/// The value of the sample `name{labels}` (exactly as exposed), if present.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.split(' ').next()?.parse().ok())
-}
 
 /// Scrapes (once the agent answers) until `series` has a value `ok` accepts, at most
 /// 30 s.

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::agent::{cluster_config, Agent};
-use support::http::{free_addr, get, get_accepting, PROMETHEUS_ACCEPT};
+use support::http::{free_addr, get, get_accepting, sample, PROMETHEUS_ACCEPT};
 use support::Etcd;
 
 /// How long the host endpoint waits for remote state at start: the first timeout.
@@ -27,13 +27,6 @@ fn promtool() -> Option<&'static str> {
         eprintln!("SKIPPED: promtool is missing (Debian's prometheus package: make deps)");
     }
     found.then_some("promtool")
-}
-
-/// The value of the sample `series` (exactly as exposed), if present.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.split(' ').next()?.parse().ok())
 }
 
 /// A Prometheus server scraping `targets` (job name, address) every second, on a

@@ -14,7 +14,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use support::agent::{cluster_config, logged_at, Agent};
 use support::netns::{joined_pair, Netns};
-use support::traffic::{contains, Capture, StopDevice, Stream, MARKER};
+use support::traffic::{
+    contains, tunnelled_pod_json as pod_json, wireguard_peers as peers, Capture, StopDevice,
+    Stream, MARKER,
+};
 use support::{eventually, Etcd};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_weft-wg");
@@ -64,20 +67,6 @@ fn flags(device: &str, ns: &Netns, early_gc: bool) -> Vec<OsString> {
 
 fn refs(f: &[OsString]) -> Vec<&OsStr> {
     f.iter().map(OsString::as_os_str).collect()
-}
-
-/// A pod's ipcache entry in cluster `cluster_id`, tunnelled to its node and keyed for
-/// WireGuard (0xFF). Its identity is its cluster's (the cluster ID in bits 16–23).
-fn pod_json(cluster_id: u32, ip: &str, node: &str) -> String {
-    let id = cluster_id << 16 | 0x1171;
-    format!(r#"{{"IP":"{ip}","Mask":null,"HostIP":"{node}","ID":{id},"Key":255,"Metadata":""}}"#)
-}
-
-fn peers(status: &Value) -> Vec<Value> {
-    status["wireguard"]["peers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
 }
 
 /// cluster1's and cluster2's etcd, each with its cluster config.

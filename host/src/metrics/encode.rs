@@ -605,6 +605,9 @@ mod tests {
             "weft_plugin_calls_total{plugin=\"policy\"} 7",
             "weft_plugin_failures_total{plugin=\"policy\",cause=\"deadline\"} 2",
             "weft_plugin_failures_total{plugin=\"policy\",cause=\"trap\"} 1",
+            // Causes not seen yet are there at 0.
+            "weft_plugin_failures_total{plugin=\"policy\",cause=\"stall\"} 0",
+            "weft_plugin_failures_total{plugin=\"policy\",cause=\"instantiate\"} 0",
             "weft_plugin_quarantines_total{plugin=\"policy\"} 1",
             "weft_plugin_quarantined{plugin=\"policy\"} 1.0",
             "# UNIT weft_plugin_call_duration_seconds seconds",
@@ -624,5 +627,42 @@ mod tests {
         }
         // No remote cluster: no remote-cluster family at all, rather than empty ones.
         assert!(!text.contains("weft_remote_cluster"), "{text}");
+    }
+
+    #[test]
+    fn a_remote_clusters_counters_are_at_0_from_its_addition_and_count_its_own_timeouts() {
+        let cluster = |name: &str| -> ClusterStatus {
+            serde_json::from_value(serde_json::json!({
+                "name": name, "id": null, "connected": false, "ready": false,
+                "synced": {"nodes": false, "ipcache": false, "identities": false, "services": false},
+                "counts": {"nodes": 0, "ipcache": 0, "identities": 0, "services": 0},
+                "malformed": 0, "last_error": null
+            }))
+            .unwrap()
+        };
+        let mut r = report();
+        r.clusters = vec![cluster("c2"), cluster("c3")];
+        let waits = super::super::Waits::default();
+        let timeout = crate::clustermesh::SyncTimeout {
+            pending: vec![crate::clustermesh::PendingCluster {
+                cluster: "c3".into(),
+                resources: vec![Resource::IpCache],
+            }],
+        };
+        waits.observe_wait(Waiter::Endpoint, &Err(timeout), Duration::from_secs(1));
+        let text = encode(r, waits.snapshot());
+        for line in [
+            "weft_remote_cluster_sync_timeouts_total{cluster=\"c2\",waiter=\"endpoint\"} 0",
+            "weft_remote_cluster_sync_timeouts_total{cluster=\"c2\",waiter=\"host_endpoint\"} 0",
+            "weft_remote_cluster_sync_timeouts_total{cluster=\"c3\",waiter=\"endpoint\"} 1",
+            "weft_remote_cluster_sync_timeouts_total{cluster=\"c3\",waiter=\"wireguard_gc\"} 0",
+            "weft_remote_cluster_refused_claims_total{cluster=\"c2\"} 0",
+            "weft_remote_cluster_held_back_claims{cluster=\"c3\"} 0.0",
+            "weft_remote_cluster_reconnects_total{cluster=\"c2\"} 0",
+            "weft_sync_wait_duration_seconds_count{waiter=\"endpoint\",result=\"timed_out\"} 1",
+            "weft_sync_wait_duration_seconds_count{waiter=\"wireguard_gc\",result=\"disconnected\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
+        }
     }
 }

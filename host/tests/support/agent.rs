@@ -38,22 +38,7 @@ impl Agent {
         mesh: &[(&str, String)],
         extra: &[&OsStr],
     ) -> Agent {
-        let state = tempfile::tempdir().unwrap();
-        let mesh_dir = tempfile::tempdir().unwrap();
-        for (name, url) in mesh {
-            super::write_config_file(mesh_dir.path(), name, url);
-        }
-        let node_ip = format!("192.0.2.{id}");
-        let child = spawn(cluster, id, &etcd.url(), &node_ip, &state, &mesh_dir, extra);
-        Agent {
-            child,
-            state,
-            mesh_dir,
-            cluster: cluster.into(),
-            id,
-            etcd_url: etcd.url(),
-            node_ip,
-        }
+        Self::start_in(cluster, id, etcd, &format!("192.0.2.{id}"), mesh, extra)
     }
 
     /// [`Agent::start_with`] for a node with the address `node_ip`.
@@ -64,8 +49,23 @@ impl Agent {
         node_ip: &str,
         extra: &[&OsStr],
     ) -> Agent {
+        Self::start_in(cluster, id, etcd, node_ip, &[], extra)
+    }
+
+    /// A new agent with directories of its own, its mesh directory naming `mesh`.
+    fn start_in(
+        cluster: &str,
+        id: u32,
+        etcd: &Etcd,
+        node_ip: &str,
+        mesh: &[(&str, String)],
+        extra: &[&OsStr],
+    ) -> Agent {
         let state = tempfile::tempdir().unwrap();
         let mesh_dir = tempfile::tempdir().unwrap();
+        for (name, url) in mesh {
+            super::write_config_file(mesh_dir.path(), name, url);
+        }
         let child = spawn(cluster, id, &etcd.url(), node_ip, &state, &mesh_dir, extra);
         Agent {
             child,

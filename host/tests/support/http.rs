@@ -56,3 +56,11 @@ pub fn free_addr() -> SocketAddr {
         .local_addr()
         .unwrap()
 }
+
+/// The value of the sample `series` (`name{labels}`, exactly as exposed) in a scrape,
+/// if present.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.split(' ').next()?.parse().ok())
+}

@@ -165,3 +165,18 @@ pub fn only_wireguard(frames: &[&Vec<u8>], at_least: usize) -> usize {
     );
     tunnelled
 }
+
+/// A pod's ipcache entry in cluster `cluster_id`, tunnelled to its node and keyed for
+/// WireGuard (0xFF). Its identity is its cluster's (the cluster ID in bits 16–23).
+pub fn tunnelled_pod_json(cluster_id: u32, ip: &str, node: &str) -> String {
+    let id = cluster_id << 16 | 0x1171;
+    format!(r#"{{"IP":"{ip}","Mask":null,"HostIP":"{node}","ID":{id},"Key":255,"Metadata":""}}"#)
+}
+
+/// The WireGuard peers of a `weftd status -o json`.
+pub fn wireguard_peers(status: &serde_json::Value) -> Vec<serde_json::Value> {
+    status["wireguard"]["peers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
