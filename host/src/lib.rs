@@ -21,7 +21,9 @@ pub mod kvstore;
 pub mod lab;
 pub mod loglimit;
 pub mod metrics;
-pub mod model;
+/// The wire values in etcd: the `weft-model` crate, the first of the workspace's
+/// crates, named here as before.
+pub use weft_model as model;
 pub mod netlink;
 pub mod node;
 pub mod plugin_tool;

@@ -5,6 +5,10 @@
 //! fields are ignored and optional ones may be missing, because writers add fields
 //! over time. A value that does not decode is a [`DecodeError`] naming its key; the
 //! caller counts and skips it.
+//!
+//! This crate knows nothing of weft's stages: it depends on serde and nothing of
+//! weft, so that every stage can name the wire values and an edit elsewhere never
+//! rebuilds it.
 
 mod cluster_config;
 mod identity;

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 ///
 /// # Example
 /// ```
-/// let node: weft::model::Node = serde_json::from_str(
+/// let node: weft_model::Node = serde_json::from_str(
 ///     r#"{"Name":"node-2","Cluster":"cluster3","ClusterID":3,
 ///         "IPAddresses":[{"Type":"InternalIP","IP":"172.18.0.3"}]}"#,
 /// ).unwrap();

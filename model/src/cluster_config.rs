@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// # Example
 /// ```
-/// let c: weft::model::ClusterConfig =
+/// let c: weft_model::ClusterConfig =
 ///     serde_json::from_str(r#"{"id":3,"capabilities":{"syncedCanaries":true}}"#).unwrap();
 /// assert!(c.capabilities.synced_canaries);
 /// ```

@@ -24,7 +24,7 @@ impl fmt::Display for Label {
 ///
 /// # Example
 /// ```
-/// use weft::model::Labels;
+/// use weft_model::Labels;
 /// let labels: Labels = "k8s:b=2;k8s:a=1;".parse().unwrap();
 /// assert_eq!(labels.to_string(), "k8s:a=1;k8s:b=2;");
 /// ```

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 ///
 /// # Example
 /// ```
-/// let pair: weft::model::IpIdentityPair =
+/// let pair: weft_model::IpIdentityPair =
 ///     serde_json::from_str(r#"{"IP":"10.0.0.0","Mask":"/wAAAA==","ID":16777217,"Key":0}"#).unwrap();
 /// assert_eq!(pair.prefix_len(), Some(8));
 /// ```

@@ -1,0 +1,121 @@
+//! The workspace's crate graph is the architecture: each crate may depend only on the
+//! crates its row allows (ARCHITECTURE.md, "Crates"), so that a lower crate never
+//! names a higher one and an edit rebuilds only what depends on it. Read from the
+//! manifests with `cargo metadata`.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Per crate, where its row limits them: the crates outside the workspace it may
+/// depend on (normal and build dependencies; its tests may use more).
+const ALLOWED: &[(&str, &[&str])] = &[
+    // The wire values: serde and nothing of weft.
+    (
+        "weft-model",
+        &["base64", "serde", "serde_json", "thiserror"],
+    ),
+];
+
+/// The workspace crates each crate may depend on.
+const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
+    ("weft-model", &[]),
+    ("weft-api", &[]),
+    ("weft-cni", &["weft-api"]),
+    ("weft", &["weft-model", "weft-api"]),
+];
+
+fn metadata() -> Value {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Each workspace crate's normal and build dependencies.
+fn dependencies(meta: &Value) -> BTreeMap<String, BTreeSet<String>> {
+    meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"] != "dev")
+                .map(|d| d["name"].as_str().unwrap().to_owned())
+                .collect();
+            (p["name"].as_str().unwrap().to_owned(), deps)
+        })
+        .collect()
+}
+
+/// Every dependency a row does not allow, named.
+fn violations(deps: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let workspace: BTreeSet<&str> = deps.keys().map(String::as_str).collect();
+    let edges: BTreeMap<&str, &[&str]> = WORKSPACE_EDGES.iter().copied().collect();
+    let mut found = Vec::new();
+    for (name, its) in deps {
+        let Some(allowed) = edges.get(name.as_str()) else {
+            found.push(format!("{name} has no row in WORKSPACE_EDGES"));
+            continue;
+        };
+        for d in its.iter().filter(|d| workspace.contains(d.as_str())) {
+            if !allowed.contains(&d.as_str()) {
+                found.push(format!(
+                    "{name} depends on {d}, which its row does not allow"
+                ));
+            }
+        }
+    }
+    // Outside the workspace, for the crates whose row lists them.
+    for (name, allowed) in ALLOWED {
+        let outside = deps[*name]
+            .iter()
+            .filter(|d| !workspace.contains(d.as_str()));
+        for d in outside.filter(|d| !allowed.contains(&d.as_str())) {
+            found.push(format!(
+                "{name} depends on {d}, which its row does not allow"
+            ));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_crate_depends_only_on_what_its_row_allows() {
+    let found = violations(&dependencies(&metadata()));
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn control_an_edge_the_rows_do_not_allow_is_named() {
+    let mut meta = metadata();
+    let model = meta["packages"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|p| p["name"] == "weft-model")
+        .unwrap();
+    model["dependencies"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "weft", "kind": null}));
+    assert_eq!(
+        violations(&dependencies(&meta)),
+        ["weft-model depends on weft, which its row does not allow"]
+    );
+}
