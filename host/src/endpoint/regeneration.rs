@@ -9,7 +9,6 @@
 use crate::plugins::{Answer, Endpoint, EndpointKind, RegenerationReason};
 use crate::regeneration::{OnWait, WaitOutcome};
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -31,25 +30,8 @@ pub trait EndpointDatapath: Send + Sync {
     fn remove(&self, record: &super::store::Record);
 }
 
-/// The last regeneration of an endpoint, as `weftd endpoint list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Regeneration {
-    /// Why it regenerated: `restore`, `create`, ….
-    pub reason: String,
-    /// The plugin that decided, or `built-in default`.
-    pub decided_by: String,
-    /// What it decided: `wait 60s for [Ipcache, Identities]`, `proceed`.
-    pub verdict: String,
-    /// `waiting`, `proceeded`, `synced`, `timed out: …`.
-    pub result: String,
-    /// How long it waited, in milliseconds (so far, while waiting).
-    pub waited_ms: u64,
-    /// The remote clusters it waits (or waited) for, once the policy has decided.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub waiting_for: Vec<String>,
-    /// When it started, in seconds since the epoch.
-    pub started_at: u64,
-}
+/// The record's part that a regeneration fills in (defined with the record).
+pub use super::store::Regeneration;
 
 impl Regeneration {
     /// A regeneration that has started and not yet ended.

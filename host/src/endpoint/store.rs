@@ -49,7 +49,27 @@ pub struct Record {
     pub attachment: Option<Attachment>,
     /// The last regeneration (or the one under way, in a listing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub regeneration: Option<super::regeneration::Regeneration>,
+    pub regeneration: Option<Regeneration>,
+}
+
+/// The last regeneration of an endpoint, as `weftd endpoint list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Regeneration {
+    /// Why it regenerated: `restore`, `create`, ….
+    pub reason: String,
+    /// The plugin that decided, or `built-in default`.
+    pub decided_by: String,
+    /// What it decided: `wait 60s for [Ipcache, Identities]`, `proceed`.
+    pub verdict: String,
+    /// `waiting`, `proceeded`, `synced`, `timed out: …`.
+    pub result: String,
+    /// How long it waited, in milliseconds (so far, while waiting).
+    pub waited_ms: u64,
+    /// The remote clusters it waits (or waited) for, once the policy has decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for: Vec<String>,
+    /// When it started, in seconds since the epoch.
+    pub started_at: u64,
 }
 
 /// The records of one agent: on disk, and mirrored in memory for the readers (a

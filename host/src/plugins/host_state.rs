@@ -11,6 +11,17 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+/// The epoch tick: deadlines are counted in these, by the engine's epoch and by the
+/// host's clock ([`HostState::begin_call`]).
+pub(crate) const TICK: Duration = Duration::from_millis(1);
+// `HostState::call_deadline` counts ticks as milliseconds.
+const _: () = assert!(TICK.as_millis() == 1);
+
+/// A deadline in epoch ticks.
+pub(crate) fn ticks(d: Duration) -> u64 {
+    (d.as_millis() / TICK.as_millis()).max(1) as u64 + 1
+}
+
 /// The mesh view a plugin can read.
 pub type MeshView = Arc<dyn Fn() -> Vec<types::ClusterSync> + Send + Sync>;
 

@@ -7,8 +7,7 @@ use super::bindings::weft::plugin::types::{
 };
 use super::bindings::Plugin as Current;
 use super::contract::Violation;
-use super::host_state::{HostState, LimitExceeded};
-use super::runtime::ticks;
+use super::host_state::{ticks, HostState, LimitExceeded};
 use super::wasi::BlockedPastDeadline;
 use crate::clustermesh::Resource;
 use std::time::Duration;

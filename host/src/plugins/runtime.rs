@@ -2,19 +2,13 @@
 //! memory cap and an epoch deadline per call.
 
 use super::bindings::{self, v0_1};
-use super::host_state::{HostState, MeshView};
+use super::host_state::{ticks, HostState, MeshView, TICK};
 use super::instance::{CallError, Hooks, Instance};
 use super::{Config, Error};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
-
-/// The epoch tick: deadlines are counted in these.
-const TICK: Duration = Duration::from_millis(1);
-// `HostState::call_deadline` counts ticks as milliseconds.
-const _: () = assert!(TICK.as_millis() == 1);
 
 /// The engine, the linker with the host's imports, and the clock that ends calls.
 pub struct Runtime {
@@ -240,11 +234,6 @@ fn allocation(config: &Config) -> wasmtime::InstanceAllocationStrategy {
 
 /// Bytes of a pooled memory or table reset by `memset` on reuse.
 const KEEP_RESIDENT: usize = 128 << 10;
-
-/// A deadline in epoch ticks.
-pub(crate) fn ticks(d: Duration) -> u64 {
-    (d.as_millis() / TICK.as_millis()).max(1) as u64 + 1
-}
 
 /// The functions of `weft:plugin/hooks`, as the WIT names them.
 const HOOKS: [&str; 8] = [
