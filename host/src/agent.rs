@@ -853,7 +853,7 @@ fn enable_forwarding(config: &EndpointsConfig) -> Result<(), Error> {
     let knobs = config.forwarding_knobs();
     // /proc/sys/net is the namespace of the thread that opens it, wherever it is
     // mounted.
-    crate::datapath::in_netns(config.netns.as_deref(), || {
+    crate::netns::in_netns(config.netns.as_deref(), || {
         knobs
             .iter()
             .try_for_each(|k| std::fs::write(k, "1").map_err(|e| format!("{}: {e}", k.display())))

@@ -10,26 +10,24 @@ pub mod claims;
 pub mod cli;
 pub mod clustermesh;
 pub mod datapath;
-pub mod dirwatch;
 pub mod endpoint;
-pub mod fsutil;
 pub mod health;
 pub mod identity;
 pub mod ipcache;
 pub mod k8s;
-pub mod kvstore;
 pub mod lab;
-pub mod loglimit;
 pub mod metrics;
+/// etcd access: the `weft-kvstore` crate.
+pub use weft_kvstore as kvstore;
 /// The wire values in etcd: the `weft-model` crate, the first of the workspace's
 /// crates, named here as before.
 pub use weft_model as model;
-pub mod netlink;
+/// The node's plumbing: the `weft-sys` crate's modules, named here as before.
+pub use weft_sys::{dirwatch, fsutil, loglimit, netlink, netns, seeded};
 pub mod node;
 pub mod plugin_tool;
 pub mod plugins;
 pub mod policy;
 pub mod regeneration;
-pub mod seeded;
 pub mod state;
 pub mod wireguard;

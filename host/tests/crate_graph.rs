@@ -14,14 +14,46 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "weft-model",
         &["base64", "serde", "serde_json", "thiserror"],
     ),
+    // etcd and nothing of weft's model.
+    (
+        "weft-kvstore",
+        &[
+            "etcd-client",
+            "futures",
+            "rustls",
+            "thiserror",
+            "tokio",
+            "tonic",
+            "tracing",
+        ],
+    ),
+    // The node's plumbing: no etcd, no wire values.
+    (
+        "weft-sys",
+        &[
+            "ahash",
+            "futures",
+            "nix",
+            "notify",
+            "rtnetlink",
+            "thiserror",
+            "tokio",
+            "tracing",
+        ],
+    ),
 ];
 
 /// The workspace crates each crate may depend on.
 const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
     ("weft-model", &[]),
+    ("weft-kvstore", &[]),
+    ("weft-sys", &[]),
     ("weft-api", &[]),
     ("weft-cni", &["weft-api"]),
-    ("weft", &["weft-model", "weft-api"]),
+    (
+        "weft",
+        &["weft-model", "weft-kvstore", "weft-sys", "weft-api"],
+    ),
 ];
 
 fn metadata() -> Value {

@@ -23,10 +23,10 @@ mod dump;
 mod endpoint;
 mod layout;
 mod map_writer;
-mod netns;
 mod node;
 mod objects;
 
+use crate::netns::in_netns;
 pub use dump::{read_ipcache, MapDump, MapEntry};
 pub use endpoint::{policy_entries, FROM_ENDPOINT, MAX_POLICY_ENTRIES, TO_ENDPOINT};
 pub use layout::{
@@ -36,7 +36,6 @@ pub use layout::{
     KEY_FIXED_BITS,
 };
 pub use map_writer::{IpcacheMap, IpcacheMaps, MapWriter, WriterStats};
-pub use netns::in_netns;
 pub use node::{DatapathStatus, EndpointStatus, NodeDatapath, NodeDatapathConfig};
 pub use objects::{BASELINE_OBJECT, GENERATION_OBJECT};
 
@@ -86,13 +85,8 @@ pub enum Error {
         reason: String,
     },
     /// A network namespace could not be entered.
-    #[error("network namespace {path}: {reason}")]
-    Netns {
-        /// The namespace.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
+    #[error(transparent)]
+    Netns(#[from] crate::netns::NetnsError),
 }
 
 /// Where a program is attached: a device, in a network namespace.

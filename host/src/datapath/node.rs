@@ -2,10 +2,11 @@
 //! at start, and the native device switched to it when the agent says so.
 
 use super::{
-    in_netns, Datapath, DatapathConfig, Endpoint, EndpointInfo, Error, MapWriter, PolicyKey,
-    WriterStats, FROM_ENDPOINT, TO_ENDPOINT,
+    Datapath, DatapathConfig, Endpoint, EndpointInfo, Error, MapWriter, PolicyKey, WriterStats,
+    FROM_ENDPOINT, TO_ENDPOINT,
 };
 use crate::ipcache::IpCache;
+use crate::netns::in_netns;
 use aya::programs::TcAttachType;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;

@@ -76,10 +76,7 @@ pub struct Attachment {
 /// # Errors
 /// [`Error`] naming the step and the interface.
 pub async fn attach(node_netns: Option<&Path>, plan: &Plan) -> Result<Attachment, Error> {
-    let container = std::fs::File::open(&plan.netns).map_err(|e| Error::Netns {
-        path: plan.netns.clone(),
-        reason: e.to_string(),
-    })?;
+    let container = crate::netns::open(&plan.netns)?;
     let host_if = host_ifname(&plan.key);
     let peer_if = peer_ifname(&plan.key);
     let (p, hi, pi) = (plan.clone(), host_if.clone(), peer_if.clone());
@@ -258,9 +255,9 @@ pub async fn check(plan: &Plan) -> Result<(), Error> {
         }
         for ip in &p.addresses {
             if !have.contains(ip) {
-                return Err(Error::Netlink {
+                return Err(Error::Unexpected {
                     what: format!("check {}", p.ifname),
-                    reason: format!("address {ip} is missing"),
+                    found: format!("address {ip} is missing"),
                 });
             }
         }

@@ -40,7 +40,7 @@ pub fn measure(spec: &Spec, ips: &BTreeMap<PodRef, IpAddr>) -> std::io::Result<V
     for n in spec.nodes() {
         let web = PodRef { node: n, pod: 1 };
         let ns = netns_path(&spec.pod_netns(web));
-        let listener = crate::datapath::in_netns(Some(&ns), || {
+        let listener = crate::netns::in_netns(Some(&ns), || {
             TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], POD_PORT)))
         })
         .map_err(std::io::Error::other)??;
@@ -77,7 +77,7 @@ pub fn measure(spec: &Spec, ips: &BTreeMap<PodRef, IpAddr>) -> std::io::Result<V
                     (1, Duration::from_secs(1))
                 };
                 let reached = (0..tries).any(|_| {
-                    crate::datapath::in_netns(Some(&ns), || {
+                    crate::netns::in_netns(Some(&ns), || {
                         TcpStream::connect_timeout(&addr, wait).is_ok()
                     })
                     .unwrap_or(false)

@@ -28,9 +28,9 @@ impl Stream {
     /// # Errors
     /// When the listener cannot be bound or the connection is not accepted.
     pub fn open(client: &Path, server: &Path, to: SocketAddr) -> std::io::Result<Stream> {
-        let listener = crate::datapath::in_netns(Some(server), move || TcpListener::bind(to))
+        let listener = crate::netns::in_netns(Some(server), move || TcpListener::bind(to))
             .map_err(std::io::Error::other)??;
-        let mut client = crate::datapath::in_netns(Some(client), move || {
+        let mut client = crate::netns::in_netns(Some(client), move || {
             TcpStream::connect_timeout(&to, Duration::from_secs(20))
         })
         .map_err(std::io::Error::other)??;

@@ -33,10 +33,7 @@ pub async fn bridge(spec: &Spec) -> Result<(), netlink::Error> {
 /// [`netlink::Error`] naming the step.
 pub async fn join(spec: &Spec, n: NodeRef) -> Result<(), netlink::Error> {
     let node_ns = netns_path(&spec.node_netns(n));
-    let node = std::fs::File::open(&node_ns).map_err(|e| netlink::Error::Netns {
-        path: node_ns.clone(),
-        reason: e.to_string(),
-    })?;
+    let node = crate::netns::open(&node_ns)?;
     let fd = node.as_raw_fd();
     let port = spec.bridge_port(n);
     // The node's side is made with a temporary name: `eth0` may exist here.

@@ -7,8 +7,8 @@
 //! Either outlives the agent, so a restarted agent finds its tunnels carrying traffic.
 
 use super::{Error, NodeKey, PeerChange, FWMARK, LISTEN_PORT};
-use crate::datapath::in_netns;
 use crate::ipcache::Prefix;
+use crate::netns::in_netns;
 use std::collections::BTreeSet;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;

@@ -3,7 +3,7 @@
 //! A device that goes away (its helper killed) is opened again by the stage.
 
 use super::{link, Error, NodeKey, PeerSync, WireGuardDevice};
-use crate::datapath::in_netns;
+use crate::netns::in_netns;
 use crate::node::NodeId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

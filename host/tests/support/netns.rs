@@ -48,7 +48,7 @@ impl Netns {
 
     /// Runs `f` inside the namespace.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        weft::datapath::in_netns(Some(&self.path()), f).unwrap()
+        weft::netns::in_netns(Some(&self.path()), f).unwrap()
     }
 
     /// The ifindex of `device` in the namespace.

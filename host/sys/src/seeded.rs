@@ -8,7 +8,7 @@
 //!
 //! # Example
 //! ```
-//! let mut prefixes: weft::seeded::HashMap<&str, u32> = Default::default();
+//! let mut prefixes: weft_sys::seeded::HashMap<&str, u32> = Default::default();
 //! prefixes.insert("cilium/state/ip/v1/default/10.2.0.7", 7);
 //! assert_eq!(prefixes["cilium/state/ip/v1/default/10.2.0.7"], 7);
 //! ```
@@ -21,7 +21,7 @@ pub type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 ///
 /// # Example
 /// ```
-/// assert_eq!(weft::seeded::digest(&("10.2.0.7", 7)), weft::seeded::digest(&("10.2.0.7", 7)));
+/// assert_eq!(weft_sys::seeded::digest(&("10.2.0.7", 7)), weft_sys::seeded::digest(&("10.2.0.7", 7)));
 /// ```
 pub fn digest<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
     static STATE: std::sync::LazyLock<ahash::RandomState> =

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// # Example
 /// ```
 /// use std::time::Duration;
-/// use weft::loglimit::LogLimit;
+/// use weft_sys::loglimit::LogLimit;
 /// let limit = LogLimit::new("malformed values", 2, Duration::from_secs(60));
 /// assert!(limit.allow() && limit.allow());
 /// assert!(!limit.allow(), "the third in the window is held back");

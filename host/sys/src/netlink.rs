@@ -3,30 +3,54 @@
 //! when it was opened, and entering one must not move the agent's other threads), and
 //! the link lookups every user needs.
 
+use crate::netns::{self, NetnsError};
 use futures::TryStreamExt as _;
 use rtnetlink::packet_route::link::{LinkAttribute, LinkMessage};
 use rtnetlink::{Handle, LinkUnspec};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What a netlink step can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The namespace cannot be opened or entered.
-    #[error("network namespace {path}: {reason}")]
-    Netns {
-        /// The namespace.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
     /// A netlink request failed.
-    #[error("{what}: {reason}")]
+    #[error("{what}: {}", kernel_answer(source))]
     Netlink {
         /// The step, naming the interface.
         what: String,
         /// The kernel's answer.
-        reason: String,
+        #[source]
+        source: rtnetlink::Error,
     },
+    /// The kernel answered, but not with what the step needs (no such device, an
+    /// address missing after it was added).
+    #[error("{what}: {found}")]
+    Unexpected {
+        /// The step, naming the interface.
+        what: String,
+        /// What was found instead.
+        found: String,
+    },
+    /// The thread or runtime that talks netlink could not run.
+    #[error("{what}: {source}")]
+    Thread {
+        /// The step.
+        what: &'static str,
+        /// The system's answer.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The kernel's answer in `e`, as the kernel's error (`No such device (os error 19)`)
+/// when it is one.
+fn kernel_answer(e: &rtnetlink::Error) -> String {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => m.to_io().to_string(),
+        e => e.to_string(),
+    }
 }
 
 /// Runs `f` with a netlink handle opened inside `netns` (the agent's own when `None`),
@@ -42,13 +66,7 @@ where
     Fut: std::future::Future<Output = Result<T, Error>>,
 {
     let file = match netns {
-        Some(path) => Some((
-            path.to_owned(),
-            std::fs::File::open(path).map_err(|e| Error::Netns {
-                path: path.into(),
-                reason: e.to_string(),
-            })?,
-        )),
+        Some(path) => Some((path.to_owned(), netns::open(path)?)),
         None => None,
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -57,25 +75,20 @@ where
         .spawn(move || {
             let run = || -> Result<T, Error> {
                 if let Some((path, file)) = &file {
-                    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
-                        Error::Netns {
-                            path: path.clone(),
-                            reason: e.to_string(),
-                        }
-                    })?;
+                    netns::enter(path, file)?;
                 }
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
-                    .map_err(|e| Error::Netlink {
-                        what: "start a netlink runtime".into(),
-                        reason: e.to_string(),
+                    .map_err(|source| Error::Thread {
+                        what: "start a netlink runtime",
+                        source,
                     })?;
                 rt.block_on(async move {
                     let (conn, handle, _) =
-                        rtnetlink::new_connection().map_err(|e| Error::Netlink {
-                            what: "open a netlink socket".into(),
-                            reason: e.to_string(),
+                        rtnetlink::new_connection().map_err(|source| Error::Thread {
+                            what: "open a netlink socket",
+                            source,
                         })?;
                     tokio::spawn(conn);
                     f(handle).await
@@ -83,25 +96,19 @@ where
             };
             let _ = tx.send(run());
         })
-        .map_err(|e| Error::Netlink {
-            what: "start a netlink thread".into(),
-            reason: e.to_string(),
+        .map_err(|source| Error::Thread {
+            what: "start a netlink thread",
+            source,
         })?;
-    rx.await.map_err(|_| Error::Netlink {
-        what: "netlink thread".into(),
-        reason: "it ended without an answer".into(),
+    rx.await.map_err(|_| Error::Thread {
+        what: "netlink thread",
+        source: std::io::Error::other("it ended without an answer"),
     })?
 }
 
 /// Maps a netlink error to [`Error::Netlink`] naming the step `what`.
 pub fn failed(what: String) -> impl FnOnce(rtnetlink::Error) -> Error {
-    move |e| Error::Netlink {
-        what,
-        reason: match e {
-            rtnetlink::Error::NetlinkError(m) => m.to_io().to_string(),
-            e => e.to_string(),
-        },
-    }
+    move |source| Error::Netlink { what, source }
 }
 
 /// Whether `e` says there is no such device.
@@ -131,11 +138,11 @@ pub async fn find_link(h: &Handle, name: &str) -> Result<Option<LinkMessage>, Er
 /// The link `name`.
 ///
 /// # Errors
-/// [`Error::Netlink`] when there is none.
+/// [`Error::Unexpected`] when there is none, [`Error::Netlink`] when the kernel refuses.
 pub async fn link(h: &Handle, name: &str) -> Result<LinkMessage, Error> {
-    find_link(h, name).await?.ok_or_else(|| Error::Netlink {
+    find_link(h, name).await?.ok_or_else(|| Error::Unexpected {
         what: format!("find {name}"),
-        reason: "no such device".into(),
+        found: "no such device".into(),
     })
 }
 
@@ -193,16 +200,16 @@ where
         s.spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .build()
-                .map_err(|e| Error::Netlink {
-                    what: "start a netlink runtime".into(),
-                    reason: e.to_string(),
+                .map_err(|source| Error::Thread {
+                    what: "start a netlink runtime",
+                    source,
                 })?
                 .block_on(in_namespace(netns.as_deref(), f))
         })
         .join()
-        .map_err(|_| Error::Netlink {
-            what: "netlink thread".into(),
-            reason: "it panicked".into(),
+        .map_err(|_| Error::Thread {
+            what: "netlink thread",
+            source: std::io::Error::other("it panicked"),
         })?
     })
 }
@@ -210,7 +217,7 @@ where
 /// The MTU of link `name`.
 ///
 /// # Errors
-/// [`Error::Netlink`] when there is no such link.
+/// [`Error::Unexpected`] when there is no such link or it has no MTU.
 pub async fn mtu(h: &Handle, name: &str) -> Result<u32, Error> {
     link(h, name)
         .await?
@@ -220,9 +227,9 @@ pub async fn mtu(h: &Handle, name: &str) -> Result<u32, Error> {
             LinkAttribute::Mtu(m) => Some(*m),
             _ => None,
         })
-        .ok_or_else(|| Error::Netlink {
+        .ok_or_else(|| Error::Unexpected {
             what: format!("MTU of {name}"),
-            reason: "the kernel did not say".into(),
+            found: "the kernel did not say".into(),
         })
 }
 

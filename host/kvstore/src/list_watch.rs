@@ -65,9 +65,9 @@ pub enum Event {
 ///
 /// # Example
 /// ```no_run
-/// # async fn f(client: weft::kvstore::Client) {
+/// # async fn f(client: weft_kvstore::Client) {
 /// use futures::StreamExt;
-/// let mut events = weft::kvstore::list_watch(client, "cilium/state/nodes/v1/".into());
+/// let mut events = weft_kvstore::list_watch(client, "cilium/state/nodes/v1/".into());
 /// while let Some(event) = events.next().await {
 ///     println!("{event:?}");
 /// }
@@ -85,10 +85,10 @@ pub fn list_watch(client: Client, prefix: String) -> Events {
 ///
 /// # Example
 /// ```no_run
-/// # async fn f(client: weft::kvstore::Client) {
+/// # async fn f(client: weft_kvstore::Client) {
 /// use futures::StreamExt;
-/// use weft::kvstore::Event;
-/// let mut events = weft::kvstore::list_watch_raw(client, "cilium/state/ip/v1/".into());
+/// use weft_kvstore::Event;
+/// let mut events = weft_kvstore::list_watch_raw(client, "cilium/state/ip/v1/".into());
 /// while let Some(Ok(event)) = events.next().await {
 ///     if let Event::Listing = event {
 ///         // Start a new generation: what the list does not upsert again is gone.
@@ -111,10 +111,10 @@ type Item = Result<Event, Error>;
 ///
 /// # Example
 /// ```no_run
-/// # async fn f(client: weft::kvstore::Client) {
+/// # async fn f(client: weft_kvstore::Client) {
 /// use futures::StreamExt;
-/// let events: weft::kvstore::Events =
-///     weft::kvstore::list_watch(client, "cilium/state/identities/v1/".into());
+/// let events: weft_kvstore::Events =
+///     weft_kvstore::list_watch(client, "cilium/state/identities/v1/".into());
 /// // The first ten events, whichever pages they came in.
 /// let first: Vec<_> = events.take(10).collect().await;
 /// # }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 ///
 /// ```no_run
 /// # async fn f() {
-/// let mut wake = weft::dirwatch::DirWake::new("/etc/weft/plugins".into(), std::time::Duration::from_secs(2));
+/// let mut wake = weft_sys::dirwatch::DirWake::new("/etc/weft/plugins".into(), std::time::Duration::from_secs(2));
 /// loop {
 ///     wake.arm(); // before reading, so a change during the read is not missed
 ///     // ... read the directory ...

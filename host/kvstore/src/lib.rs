@@ -1,10 +1,15 @@
 //! etcd access: a client with request limits and the list-then-watch stage.
 //!
+//! Must not know: what the keys and values mean (the layout and the wire values are
+//! `weft-model`'s, their decoding and holding the reflectors' in clustermesh).
+//!
 //! [`list_watch`] is the one way weft reads a prefix: a paged list at one revision,
 //! then a watch from that revision + 1, resumed after errors and re-listed after
 //! compaction with deletes for keys that vanished meanwhile (the stale drain).
 //! [`list_watch_raw`] is the same stage leaving the keys and the drain to a consumer
 //! that keeps them anyway.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 mod backoff;
 mod client;

@@ -7,7 +7,7 @@ use std::time::Duration;
 /// # Example
 /// ```
 /// use std::time::Duration;
-/// let mut b = weft::kvstore::Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+/// let mut b = weft_kvstore::Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
 /// assert_eq!(b.next_delay(), Duration::from_millis(100));
 /// assert_eq!(b.next_delay(), Duration::from_millis(200));
 /// b.reset();
