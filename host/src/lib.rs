@@ -25,8 +25,12 @@ pub use weft_model as model;
 /// The node's plumbing: the `weft-sys` crate's modules, named here as before.
 pub use weft_sys::{dirwatch, fsutil, loglimit, netlink, netns, seeded};
 pub mod node;
-pub mod plugin_tool;
-pub mod plugins;
+/// The hook moments as plain Rust: the `weft-hooks` crate.
+pub use weft_hooks as hooks;
+/// The plugin host: the `weft-plugins` crate.
+pub use weft_plugins as plugins;
+/// The vendor's side of plugins (`weftd plugin …`): `weft_plugins::tool`.
+pub use weft_plugins::tool as plugin_tool;
 pub mod policy;
 pub mod regeneration;
 pub mod state;

@@ -41,6 +41,31 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tracing",
         ],
     ),
+    // The hook moments as plain Rust: serde only.
+    ("weft-hooks", &["serde"]),
+    // The plugin host: wasmtime and the crypto of signatures; no etcd, no netlink, no
+    // BPF, no Kubernetes.
+    (
+        "weft-plugins",
+        &[
+            "ed25519-dalek",
+            "futures",
+            "hex",
+            "hmac",
+            "nix",
+            "semver",
+            "serde",
+            "serde_json",
+            "sha2",
+            "thiserror",
+            "tokio",
+            "toml",
+            "tracing",
+            "wasmtime",
+            "wasmtime-wasi",
+            "wasmtime-wasi-io",
+        ],
+    ),
 ];
 
 /// The workspace crates each crate may depend on.
@@ -48,11 +73,20 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
     ("weft-model", &[]),
     ("weft-kvstore", &[]),
     ("weft-sys", &[]),
+    ("weft-hooks", &[]),
+    ("weft-plugins", &["weft-hooks", "weft-sys"]),
     ("weft-api", &[]),
     ("weft-cni", &["weft-api"]),
     (
         "weft",
-        &["weft-model", "weft-kvstore", "weft-sys", "weft-api"],
+        &[
+            "weft-model",
+            "weft-kvstore",
+            "weft-sys",
+            "weft-hooks",
+            "weft-plugins",
+            "weft-api",
+        ],
     ),
 ];
 

@@ -1,54 +1,7 @@
 //! Sync barriers: "has this resource's initial list arrived from this cluster?"
 
-use std::fmt;
 use tokio::sync::watch;
-
-/// The four resources read from every remote cluster, each with its own barrier.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Resource {
-    /// `cilium/state/nodes/v1/<cluster>/`
-    Nodes,
-    /// `cilium/state/ip/v1/default/`
-    IpCache,
-    /// `cilium/state/identities/v1/id/`
-    Identities,
-    /// `cilium/state/services/v1/<cluster>/`
-    Services,
-}
-
-impl Resource {
-    /// Every resource, in a fixed order (the index order of per-resource arrays).
-    pub const ALL: [Resource; 4] = [
-        Resource::Nodes,
-        Resource::IpCache,
-        Resource::Identities,
-        Resource::Services,
-    ];
-
-    /// The resource's name in status and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Resource::Nodes => "nodes",
-            Resource::IpCache => "ipcache",
-            Resource::Identities => "identities",
-            Resource::Services => "services",
-        }
-    }
-
-    /// The position of the resource in [`Resource::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for Resource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use weft_hooks::Resource;
 
 /// Where a barrier stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

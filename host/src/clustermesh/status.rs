@@ -77,30 +77,7 @@ pub struct Synced {
     pub services: bool,
 }
 
-/// Per-resource counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct Counts {
-    /// Nodes held.
-    pub nodes: usize,
-    /// ipcache entries held.
-    pub ipcache: usize,
-    /// Identities held.
-    pub identities: usize,
-    /// Services held.
-    pub services: usize,
-}
-
-impl Counts {
-    /// Builds counts from per-resource values in [`super::Resource::ALL`] order.
-    pub fn from_array(c: [usize; 4]) -> Self {
-        Self {
-            nodes: c[0],
-            ipcache: c[1],
-            identities: c[2],
-            services: c[3],
-        }
-    }
-}
+pub use weft_hooks::Counts;
 
 impl Synced {
     /// Builds the flags from per-resource values in [`super::Resource::ALL`] order.

@@ -6,13 +6,13 @@
 
 mod encode;
 mod format;
-mod latency;
+
 mod waits;
 
 pub use encode::encode;
 pub use format::{text_004, Format};
-pub use latency::{Latency, CALL_BOUNDS_US, WAIT_BOUNDS_US};
 pub use waits::{WaitResult, Waiter, Waits, WaitsSnapshot};
+pub use weft_hooks::{Latency, CALL_BOUNDS_US, WAIT_BOUNDS_US};
 
 /// Binds `addr` and serves `GET /metrics` until dropped: each scrape reads `status`
 /// (on the blocking pool: it may ask the WireGuard device) and `waits`, in the format

@@ -2,8 +2,8 @@
 //! before the agent acts on it, so no plugin can make the agent wait for ever.
 
 use super::bindings::weft::plugin::types::{Barrier, Decision, PeerGcDecision, Wait};
-use crate::clustermesh::Resource;
 use std::time::Duration;
+use weft_hooks::Resource;
 
 /// What the agent does after a regeneration-policy call.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -33,7 +33,7 @@ pub const CALL_BOUNDS_US: &[u64] = &[
 /// # Example
 /// ```
 /// use std::time::Duration;
-/// use weft::metrics::{Latency, CALL_BOUNDS_US};
+/// use weft_hooks::{Latency, CALL_BOUNDS_US};
 /// let mut l = Latency::new(CALL_BOUNDS_US);
 /// l.observe(Duration::from_micros(3));
 /// l.observe(Duration::from_secs(1));

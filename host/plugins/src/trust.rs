@@ -19,7 +19,7 @@
 //! ```
 //!
 //! ```
-//! use weft::plugins::TrustPolicy;
+//! use weft_plugins::TrustPolicy;
 //! let policy = TrustPolicy::parse(r#"
 //! [[keys]]
 //! name = "acme"

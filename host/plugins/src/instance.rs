@@ -9,9 +9,9 @@ use super::bindings::Plugin as Current;
 use super::contract::Violation;
 use super::host_state::{ticks, HostState, LimitExceeded};
 use super::wasi::BlockedPastDeadline;
-use crate::clustermesh::Resource;
 use std::time::Duration;
 use wasmtime::Store;
+use weft_hooks::Resource;
 
 /// How one call failed. The instance that failed is not used again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -257,11 +257,7 @@ mod tests {
             CallError::Trap { reason: "x".into() },
         ];
         for e in errors {
-            assert!(
-                super::super::FAILURE_CAUSES.contains(&e.cause()),
-                "{}",
-                e.cause()
-            );
+            assert!(crate::FAILURE_CAUSES.contains(&e.cause()), "{}", e.cause());
         }
     }
 }

@@ -4,7 +4,8 @@
 //! `plugin.toml`, the digest and the WIT version. The manifest is unsigned: sign it
 //! next.
 
-use crate::plugins::{self, digest_hex, Manifest, Runtime};
+use crate as plugins;
+use crate::{digest_hex, Manifest, Runtime};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;

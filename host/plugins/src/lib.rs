@@ -6,6 +6,18 @@
 //! on its own thread, which the agent gives up on and replaces when it stalls
 //! ([`PluginHost`]). The host enforces each hook's contract ([`enforce`]): a plugin's
 //! answer is bounded before it is acted on.
+//!
+//! Owns: the wasmtime engine and its limits, manifests, signatures and trust, the
+//! compile cache, record/replay, shadows, and the vendor's tool ([`tool`]: scaffold,
+//! build, sign, verify, test against a recording).
+//! Must not know: etcd, the datapath, WireGuard or the agent. It sees the mesh only
+//! through [`MeshView`] and the hook types of `weft-hooks`; the WIT-generated types
+//! are its own.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod tool;
 
 mod bindings;
 mod cache;

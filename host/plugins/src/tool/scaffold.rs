@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 const TEMPLATE: [(&str, &str); 5] = [
     (
         ".cargo/config.toml",
-        include_str!("../../../plugins/.cargo/config.toml"),
+        include_str!("../../../../plugins/.cargo/config.toml"),
     ),
     ("Cargo.toml", include_str!("template/Cargo.toml.in")),
     ("src/lib.rs", include_str!("template/lib.rs")),
@@ -21,19 +21,19 @@ const TEMPLATE: [(&str, &str); 5] = [
 const SDK: [(&str, &str); 4] = [
     (
         "weft-plugin-sdk/Cargo.toml",
-        include_str!("../../../plugin-sdk/Cargo.toml"),
+        include_str!("../../../../plugin-sdk/Cargo.toml"),
     ),
     (
         "weft-plugin-sdk/src/lib.rs",
-        include_str!("../../../plugin-sdk/src/lib.rs"),
+        include_str!("../../../../plugin-sdk/src/lib.rs"),
     ),
     (
         "weft-plugin-sdk/wit/weft-plugin.wit",
-        include_str!("../../../plugin-sdk/wit/weft-plugin.wit"),
+        include_str!("../../../../plugin-sdk/wit/weft-plugin.wit"),
     ),
     (
         "weft-plugin-sdk/README.md",
-        include_str!("../../../plugin-sdk/README.md"),
+        include_str!("../../../../plugin-sdk/README.md"),
     ),
 ];
 

@@ -10,10 +10,10 @@ use super::host::{PluginHost, Refusal};
 use super::loader::Loader;
 use super::manifest::Manifest;
 use super::Error;
-use crate::dirwatch::DirWake;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use weft_sys::dirwatch::DirWake;
 
 /// How often the directory is read even without a notification.
 const RESCAN: Duration = Duration::from_secs(2);

@@ -19,13 +19,13 @@ use super::shadow::{Shadow, ShadowStatus};
 use super::slot::{Context, Isolation, LoadedPlugin, Outcome, PluginStatus};
 use super::worker::{Job, Start, Worker};
 use super::{Cluster, Error, MeshView, PeerGcRequest, RegenerationRequest, Runtime};
-use crate::clustermesh::{ClusterInfo, Resource, SyncCallbacks};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+use weft_hooks::{ClusterInfo, Resource, SyncCallbacks};
 
 /// A manifest the plugin directory holds but that is not loaded as it stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,12 +15,12 @@ use super::host_state::MeshView;
 use super::instance::{CallError, Instance};
 use super::runtime::{Prepared, Runtime};
 use super::{Cluster, PeerGcRequest, RegenerationRequest};
-use crate::clustermesh::Resource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::Component;
+use weft_hooks::Resource;
 
 /// A plugin ready to run: its compiled component and its manifest's facts.
 #[derive(Clone)]
@@ -115,7 +115,7 @@ pub struct PluginStatus {
     pub quarantines: u64,
     /// How long its calls took inside the instance.
     #[serde(default)]
-    pub latency: crate::metrics::Latency,
+    pub latency: weft_hooks::Latency,
 }
 
 /// One plugin's answer to a call: `None` when it was not called (quarantined),
@@ -159,7 +159,7 @@ pub struct Record {
     live_counters: BTreeMap<String, u64>,
     failure_causes: BTreeMap<&'static str, u64>,
     quarantines: u64,
-    latency: crate::metrics::Latency,
+    latency: weft_hooks::Latency,
 }
 
 impl Record {
@@ -175,7 +175,7 @@ impl Record {
             live_counters: BTreeMap::new(),
             failure_causes: BTreeMap::new(),
             quarantines: 0,
-            latency: crate::metrics::Latency::new(crate::metrics::CALL_BOUNDS_US),
+            latency: weft_hooks::Latency::new(weft_hooks::CALL_BOUNDS_US),
         }
     }
 

@@ -15,9 +15,9 @@ use super::record::Said;
 use super::runtime::Runtime;
 use super::slot::{Context, Isolation, LoadedPlugin, Outcome, PluginStatus, Slot};
 use super::{Cluster, EndpointKind, PeerGcRequest, RegenerationRequest};
-use crate::clustermesh::Resource;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weft_hooks::Resource;
 
 /// How a policy question was answered: a regeneration [`Verdict`], or a
 /// [`PeerGcVerdict`].

@@ -6,11 +6,11 @@
 use super::contract::{PeerGcVerdict, Verdict};
 use super::slot::{Context, LoadedPlugin, Outcome, Record, Slot};
 use super::{Cluster, Error, PeerGcRequest, RegenerationRequest};
-use crate::clustermesh::Resource;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+use weft_hooks::Resource;
 
 /// Jobs a worker holds at most; hooks past it are dropped and counted (a plugin that
 /// stalls is replaced long before, so this bounds memory only).

@@ -13,13 +13,13 @@
 
 use super::runtime::Runtime;
 use super::Error;
-use crate::fsutil::write_atomically;
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 use std::hash::{Hash as _, Hasher as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use wasmtime::component::Component;
+use weft_sys::fsutil::write_atomically;
 
 const MAGIC: &[u8; 8] = b"WEFTCC01";
 

@@ -8,12 +8,12 @@
 
 use super::contract::{PeerGcVerdict, Verdict};
 use super::{Cluster, ClusterSync, Error, PeerGcRequest, RegenerationRequest};
-use crate::clustermesh::Resource;
 use serde::{Deserialize, Serialize};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use weft_hooks::Resource;
 
 /// Events the writer may hold before new ones are dropped.
 const QUEUE: usize = 1_024;
@@ -293,7 +293,7 @@ pub fn read_recording(dir: &Path) -> Result<Vec<Event>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::ResourceCounts;
+    use crate::ResourceCounts;
 
     fn synced(name: &str) -> Event {
         Event::now(HookInput::Synced {

@@ -23,7 +23,7 @@
 //! component's path does not: its bytes are covered by the digest.
 //!
 //! ```
-//! let m = weft::plugins::Manifest::parse(
+//! let m = weft_plugins::Manifest::parse(
 //!     "name = \"p\"\nversion = \"1.0.0\"\nwasm = \"p.wasm\"\nsha256 = \"00\"\n",
 //! ).unwrap();
 //! assert_eq!((m.priority, m.config.as_str(), m.wit), (0, "", None));
@@ -386,7 +386,7 @@ pub fn digest_hex(wasm: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::TrustedKey;
+    use crate::TrustedKey;
 
     fn manifest(wasm: &[u8]) -> Manifest {
         Manifest::parse(&format!(

@@ -4,7 +4,7 @@
 #![allow(missing_docs)]
 
 wasmtime::component::bindgen!({
-    path: "../plugin-sdk/wit",
+    path: "../../plugin-sdk/wit",
     world: "plugin",
     additional_derives: [PartialEq, Eq, serde::Serialize, serde::Deserialize],
     // Host functions return `wasmtime::Result`: going past a bound fails the call.
@@ -20,7 +20,7 @@ pub mod v0_1 {
     pub const VERSION: &str = "0.1.0";
 
     wasmtime::component::bindgen!({
-        path: "../plugin-sdk/wit-0.1.0",
+        path: "../../plugin-sdk/wit-0.1.0",
         world: "plugin",
         additional_derives: [PartialEq, Eq],
         imports: { default: trappable },
@@ -33,7 +33,7 @@ mod tests {
     fn versions_are_the_wit_files_packages() {
         for (dir, version) in [("wit", super::VERSION), ("wit-0.1.0", super::v0_1::VERSION)] {
             let path = format!(
-                "{}/../plugin-sdk/{dir}/weft-plugin.wit",
+                "{}/../../plugin-sdk/{dir}/weft-plugin.wit",
                 env!("CARGO_MANIFEST_DIR")
             );
             let wit = std::fs::read_to_string(&path).unwrap();

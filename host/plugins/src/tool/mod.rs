@@ -5,7 +5,8 @@
 pub mod build;
 pub mod scaffold;
 
-use crate::plugins::{self, LoadedPlugin, Manifest, ReplayReport, Runtime, TrustPolicy};
+use crate as plugins;
+use crate::{LoadedPlugin, Manifest, ReplayReport, Runtime, TrustPolicy};
 use std::fmt::{self, Write as _};
 use std::path::Path;
 use std::sync::Arc;
