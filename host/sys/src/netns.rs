@@ -41,7 +41,7 @@ pub fn open(path: &Path) -> Result<std::fs::File, NetnsError> {
 /// [`NetnsError`] with step `enter`.
 pub fn enter(path: &Path, file: &std::fs::File) -> Result<(), NetnsError> {
     nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(|e| NetnsError::new(path, "enter", std::io::Error::from(e)))
+        .map_err(|e| NetnsError::new(path, "enter", e))
 }
 
 /// Runs `f` on a new thread inside the network namespace `netns` (a path such as
