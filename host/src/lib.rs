@@ -6,32 +6,47 @@
 
 pub mod agent;
 pub mod api;
-pub mod claims;
 pub mod cli;
-pub mod clustermesh;
 pub mod datapath;
 pub mod endpoint;
 pub mod health;
-pub mod identity;
-pub mod ipcache;
 pub mod k8s;
 pub mod lab;
 pub mod metrics;
+/// The hook moments as plain Rust: the `weft-hooks` crate.
+pub use weft_hooks as hooks;
 /// etcd access: the `weft-kvstore` crate.
 pub use weft_kvstore as kvstore;
 /// The wire values in etcd: the `weft-model` crate, the first of the workspace's
 /// crates, named here as before.
 pub use weft_model as model;
-/// The node's plumbing: the `weft-sys` crate's modules, named here as before.
-pub use weft_sys::{dirwatch, fsutil, loglimit, netlink, netns, seeded};
-pub mod node;
-/// The hook moments as plain Rust: the `weft-hooks` crate.
-pub use weft_hooks as hooks;
 /// The plugin host: the `weft-plugins` crate.
 pub use weft_plugins as plugins;
 /// The vendor's side of plugins (`weftd plugin …`): `weft_plugins::tool`.
 pub use weft_plugins::tool as plugin_tool;
-pub mod policy;
+/// The node's plumbing: the `weft-sys` crate's modules, named here as before.
+pub use weft_sys::{dirwatch, fsutil, loglimit, netlink, netns, seeded};
 pub mod regeneration;
 pub mod state;
+/// The cluster mesh: the `weft-clustermesh` crate.
+pub use weft_clustermesh as clustermesh;
+/// The state stage's parts: the `weft-state` crate's modules, named here as before.
+pub use weft_state::{claims, ipcache, policy};
+
+/// Security identities: the cache and local allocator (`weft-state`) and the global
+/// allocator in etcd (`weft-clustermesh`).
+pub mod identity {
+    pub use weft_clustermesh::identity_allocator as allocator;
+    pub use weft_clustermesh::GlobalAllocator;
+    pub use weft_state::identity::*;
+}
+
+/// Nodes: the manager (`weft-state`) and this node's registration (`weft-clustermesh`).
+pub mod node {
+    pub use weft_clustermesh::registration::{
+        node_key, run_registration, Registration, NODES_CANARY_BASE,
+    };
+    pub use weft_clustermesh::{LeasedKeys, PutError};
+    pub use weft_state::node::*;
+}
 pub mod wireguard;

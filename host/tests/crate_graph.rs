@@ -43,6 +43,34 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     // The hook moments as plain Rust: serde only.
     ("weft-hooks", &["serde"]),
+    // The state stage: no etcd, no netlink, no BPF, no wasm.
+    (
+        "weft-state",
+        &[
+            "base64",
+            "serde",
+            "serde_json",
+            "serde_yaml",
+            "thiserror",
+            "tokio",
+            "tracing",
+        ],
+    ),
+    // The cluster mesh: etcd through weft-kvstore only; no BPF, no wasm, no netlink.
+    (
+        "weft-clustermesh",
+        &[
+            "futures",
+            "humantime",
+            "serde",
+            "serde_json",
+            "serde_yaml",
+            "thiserror",
+            "tokio",
+            "tokio-stream",
+            "tracing",
+        ],
+    ),
     // The plugin host: wasmtime and the crypto of signatures; no etcd, no netlink, no
     // BPF, no Kubernetes.
     (
@@ -73,7 +101,12 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
     ("weft-model", &[]),
     ("weft-kvstore", &[]),
     ("weft-sys", &[]),
-    ("weft-hooks", &[]),
+    ("weft-hooks", &["weft-model"]),
+    ("weft-state", &["weft-model", "weft-sys"]),
+    (
+        "weft-clustermesh",
+        &["weft-model", "weft-kvstore", "weft-sys", "weft-hooks"],
+    ),
     ("weft-plugins", &["weft-hooks", "weft-sys"]),
     ("weft-api", &[]),
     ("weft-cni", &["weft-api"]),
@@ -85,6 +118,8 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
             "weft-sys",
             "weft-hooks",
             "weft-plugins",
+            "weft-state",
+            "weft-clustermesh",
             "weft-api",
         ],
     ),

@@ -303,7 +303,10 @@ fn the_state_keeps_the_claim_rules_under_arbitrary_remote_events() {
                             cluster_id: cluster[1..].parse().ok(),
                             key: &key.as_str().into(),
                             value: &v,
-                            old: old.as_ref().map(Kept::of).as_ref(),
+                            old: old
+                                .as_ref()
+                                .map(|v| Kept::of(v, weft::seeded::digest))
+                                .as_ref(),
                         });
                         stored.insert(slot, v);
                     }
@@ -312,7 +315,7 @@ fn the_state_keeps_the_claim_rules_under_arbitrary_remote_events() {
                             state.on_event(ClusterEvent::Delete {
                                 cluster: &cluster,
                                 key: &key.as_str().into(),
-                                old: &Kept::of(&old),
+                                old: &Kept::of(&old, weft::seeded::digest),
                             });
                         }
                     }

@@ -5,16 +5,16 @@
 //!
 //! Owns: these types, shared by the mesh (which fires the moments), the plugin host
 //! (which answers them) and the metrics (which count them).
-//! Must not know: etcd, wasmtime, the datapath or the agent; it depends on serde only,
+//! Must not know: etcd, wasmtime, the datapath or the agent; it depends on serde and
+//! weft-model only (where [`Resource`] and [`Counts`] are defined, beside the layout),
 //! so that the plugin host builds without the rest of weft.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod latency;
-mod resource;
 mod sync;
 
 pub use latency::{Latency, CALL_BOUNDS_US, WAIT_BOUNDS_US};
-pub use resource::{Counts, Resource};
 pub use sync::{ClusterInfo, DisconnectCallback, SyncCallback, SyncCallbacks};
+pub use weft_model::{Counts, Resource};

@@ -6,6 +6,11 @@
 //! over time. A value that does not decode is a [`DecodeError`] naming its key; the
 //! caller counts and skips it.
 //!
+//! Beside the values: [`Prefix`] (an IP prefix, host bits cleared), the four
+//! [`Resource`]s every remote cluster syncs, the label keys weft itself sets, and
+//! [`remote`], the words in which the cluster mesh hands a remote cluster's changes to
+//! the state stage.
+//!
 //! This crate knows nothing of weft's stages: it depends on serde and nothing of
 //! weft, so that every stage can name the wire values and an edit elsewhere never
 //! rebuilds it.
@@ -13,15 +18,22 @@
 mod cluster_config;
 mod identity;
 mod ip_identity;
+mod labels;
 mod net;
 mod node;
+mod prefix;
+pub mod remote;
+mod resource;
 mod service;
 
 pub use cluster_config::{Capabilities, ClusterConfig};
 pub use identity::{Identity, Label, Labels};
 pub use ip_identity::{IpIdentityPair, NamedPort};
+pub use labels::{CLUSTER_LABEL, NAMESPACE_LABEL};
 pub use net::IpNet;
 pub use node::{Node, NodeAddress};
+pub use prefix::{Prefix, PrefixError};
+pub use resource::{Counts, Resource};
 pub use service::{ClusterService, L4Addr};
 
 /// A value in etcd that could not be decoded.

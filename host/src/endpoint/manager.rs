@@ -24,11 +24,7 @@ use weft_api::cni::{code, CniAnswer, CniCall, Command, Failure};
 /// The ipcache prefix this node's endpoints are published under.
 pub const IPCACHE_PREFIX: &str = "cilium/state/ip/v1/default/";
 
-/// The label naming the endpoint's cluster.
-pub const CLUSTER_LABEL: &str = "io.cilium.k8s.policy.cluster";
-
-/// The label naming the endpoint's namespace.
-pub const NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+pub use crate::model::{CLUSTER_LABEL, NAMESPACE_LABEL};
 
 /// How endpoints are made on this node.
 #[derive(Debug, Clone)]
