@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft::ipcache::{Change, Entry, Fact, IpCache, Listener, Owner, Prefix, Source};
+use weft::model::layout;
 use weft::model::Labels;
 
 const N: u32 = 100_000;
@@ -58,10 +59,7 @@ fn fact(i: u32, node_labels: &Arc<Labels>, cidr_labels: &[Arc<Labels>]) -> (Pref
     match i % 10 {
         0..=5 => (
             Prefix::host(addr(i)),
-            Owner::new(
-                Source::ClusterMesh,
-                format!("c2/cilium/state/ip/v1/default/{}", addr(i)),
-            ),
+            Owner::new(Source::ClusterMesh, format!("c2/{}", layout::ip(addr(i)))),
             Fact {
                 identity: Some(0x20000 + i % 5000),
                 tunnel_peer: tunnel,
@@ -71,10 +69,7 @@ fn fact(i: u32, node_labels: &Arc<Labels>, cidr_labels: &[Arc<Labels>]) -> (Pref
         ),
         6 | 7 => (
             Prefix::host(addr(i)),
-            Owner::new(
-                Source::KvStore,
-                format!("cilium/state/ip/v1/default/{}", addr(i)),
-            ),
+            Owner::new(Source::KvStore, layout::ip(addr(i))),
             Fact {
                 identity: Some(0x10000 + i % 5000),
                 ..Fact::default()

@@ -11,6 +11,8 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{ip_json, node_json, service_json, Etcd};
+use weft::model::layout::{self, Layout};
+use weft::model::Resource;
 
 const CLUSTER: &str = "bench";
 const ID: u32 = 7;
@@ -20,14 +22,11 @@ async fn load(etcd: &Etcd) -> usize {
     let mut kv = Vec::new();
     for i in 0..100_000u32 {
         let ip = format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
-        kv.push((
-            format!("cilium/state/ip/v1/default/{ip}"),
-            ip_json(&ip, (ID << 16) + (i % 10_000)),
-        ));
+        kv.push((layout::ip(&ip), ip_json(&ip, (ID << 16) + (i % 10_000))));
     }
     for i in 0..10_000u32 {
         kv.push((
-            format!("cilium/state/identities/v1/id/{}", (ID << 16) + i),
+            layout::identity((ID << 16) + i),
             format!("k8s:app=app-{i};k8s:io.cilium.k8s.policy.cluster={CLUSTER};k8s:io.kubernetes.pod.namespace=ns-{};", i % 50),
         ));
     }
@@ -35,14 +34,14 @@ async fn load(etcd: &Etcd) -> usize {
         let name = format!("node-{i}");
         let ip = format!("172.16.{}.{}", i >> 8, i & 255);
         kv.push((
-            format!("cilium/state/nodes/v1/{CLUSTER}/{name}"),
+            layout::node(CLUSTER, &name),
             node_json(CLUSTER, ID, &name, &ip),
         ));
     }
     for i in 0..1_000u32 {
         let name = format!("svc-{i}");
         kv.push((
-            format!("cilium/state/services/v1/{CLUSTER}/ns/{name}"),
+            layout::service(CLUSTER, "ns", &name),
             service_json(CLUSTER, ID, "ns", &name),
         ));
     }
@@ -53,23 +52,15 @@ async fn load(etcd: &Etcd) -> usize {
 /// The baseline: the same four prefixes read page by page with etcd-client.
 async fn raw_read(etcd: &Etcd) -> (Duration, usize) {
     let start = Instant::now();
-    let prefixes = [
-        "cilium/state/nodes/v1/bench/",
-        "cilium/state/ip/v1/default/",
-        "cilium/state/identities/v1/id/",
-        "cilium/state/services/v1/bench/",
-    ]
-    .map(String::from);
+    let prefixes = prefixes();
     let n = etcd.raw_read(&prefixes).await;
     (start.elapsed(), n)
 }
 
-const PREFIXES: [&str; 4] = [
-    "cilium/state/nodes/v1/bench/",
-    "cilium/state/ip/v1/default/",
-    "cilium/state/identities/v1/id/",
-    "cilium/state/services/v1/bench/",
-];
+/// The prefixes the agent watches for the bench's cluster, in the plain layout.
+fn prefixes() -> [String; 4] {
+    Resource::ALL.map(|r| Layout::PLAIN.prefix(r, CLUSTER))
+}
 
 /// A breakdown: `kvstore::list_watch` alone on the four prefixes at once, events
 /// counted and dropped (no decoding, no stores).
@@ -84,7 +75,7 @@ async fn list_watch_only(etcd: &Etcd) -> Duration {
         .await
         .unwrap();
     let start = Instant::now();
-    let lists = PREFIXES.map(|p| {
+    let lists = prefixes().map(|p| {
         let mut s = weft::kvstore::list_watch(client.clone(), p.to_owned());
         async move {
             while let Some(Ok(e)) = s.next().await {

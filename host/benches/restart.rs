@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 use support::agent::{cluster_config, Agent};
 use support::netns::Netns;
 use support::{ip_json, Etcd};
+use weft::model::layout;
 
 const PODS: usize = 100;
 const ENTRIES: u32 = 50_000;
@@ -40,13 +41,13 @@ async fn load(etcd: &Etcd) {
     for i in 0..ENTRIES {
         let ip = format!("10.{}.{}.{}", 100 + (i >> 16), (i >> 8) & 255, i & 255);
         kv.push((
-            format!("cilium/state/ip/v1/default/{ip}"),
+            layout::ip(&ip),
             ip_json(&ip, (2 << 16) + 1 + i % IDENTITIES),
         ));
     }
     for i in 0..IDENTITIES {
         kv.push((
-            format!("cilium/state/identities/v1/id/{}", (2 << 16) + 1 + i),
+            layout::identity((2 << 16) + 1 + i),
             format!(
                 "k8s:app=client-{i};k8s:io.cilium.k8s.policy.cluster=cluster2;k8s:io.kubernetes.pod.namespace=bench;"
             ),
@@ -56,7 +57,7 @@ async fn load(etcd: &Etcd) {
         let name = format!("node-{i}");
         let ip = format!("172.16.{}.{}", i >> 8, i & 255);
         kv.push((
-            format!("cilium/state/nodes/v1/cluster2/{name}"),
+            layout::node("cluster2", &name),
             support::node_json("cluster2", 2, &name, &ip),
         ));
     }

@@ -13,6 +13,8 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{ip_json, node_json, Etcd};
+use weft::model::layout::{self, Layout};
+use weft::model::Resource;
 
 /// Remote clusters; `WEFT_SCALE_CLUSTERS` takes fewer for a profile.
 fn clusters() -> u32 {
@@ -58,13 +60,13 @@ async fn load(etcd: &Etcd, id: u32) -> usize {
     for i in 0..ENTRIES {
         let ip = format!("10.{id}.{}.{}", i >> 8, i & 255);
         kv.push((
-            format!("cilium/state/ip/v1/default/{ip}"),
+            layout::ip(&ip),
             ip_json(&ip, (id << 16) + 1 + i % IDENTITIES),
         ));
     }
     for i in 0..IDENTITIES {
         kv.push((
-            format!("cilium/state/identities/v1/id/{}", (id << 16) + 1 + i),
+            layout::identity((id << 16) + 1 + i),
             format!("k8s:app=app-{i};k8s:io.cilium.k8s.policy.cluster={cluster};"),
         ));
     }
@@ -72,7 +74,7 @@ async fn load(etcd: &Etcd, id: u32) -> usize {
         let node = format!("node-{i}");
         let ip = format!("172.{}.{}.{}", 16 + id, i >> 8, i & 255);
         kv.push((
-            format!("cilium/state/nodes/v1/{cluster}/{node}"),
+            layout::node(&cluster, &node),
             node_json(&cluster, id, &node, &ip),
         ));
     }
@@ -82,12 +84,7 @@ async fn load(etcd: &Etcd, id: u32) -> usize {
 
 /// Every key of one cluster, 256 a page at one revision, per prefix.
 async fn raw_read_one(etcd: &Etcd, id: u32) -> usize {
-    let prefixes = [
-        format!("cilium/state/nodes/v1/{}/", name(id)),
-        "cilium/state/ip/v1/default/".to_owned(),
-        "cilium/state/identities/v1/id/".to_owned(),
-        format!("cilium/state/services/v1/{}/", name(id)),
-    ];
+    let prefixes = Resource::ALL.map(|r| Layout::PLAIN.prefix(r, &name(id)));
     etcd.raw_read(&prefixes).await
 }
 

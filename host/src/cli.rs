@@ -509,6 +509,10 @@ pub struct ClusterConfigArgs {
     /// Announce that writers put sync canaries.
     #[arg(long, env = "WEFT_SYNCED_CANARIES")]
     pub synced_canaries: bool,
+    /// The largest valid cluster ID in the mesh, announced to readers; the same as the
+    /// agents' `--max-connected-clusters`.
+    #[arg(long, env = "WEFT_MAX_CONNECTED_CLUSTERS", default_value_t = 255)]
+    pub max_connected_clusters: u32,
 }
 
 impl RunArgs {
@@ -964,7 +968,7 @@ fn render_plugins(p: &plugins::PluginsReport) -> String {
 /// Writes this cluster's config (and the "config required" marker) to its etcd.
 ///
 /// # Errors
-/// [`kvstore::Error`] when etcd cannot be written.
+/// [`kvstore::Error`] when etcd cannot be reached or written.
 pub async fn write_cluster_config(args: &ClusterConfigArgs) -> Result<(), kvstore::Error> {
     let endpoints = kvstore::Endpoints {
         urls: args.kvstore_endpoints.clone(),
@@ -975,21 +979,11 @@ pub async fn write_cluster_config(args: &ClusterConfigArgs) -> Result<(), kvstor
         id: args.cluster_id,
         capabilities: crate::model::Capabilities {
             synced_canaries: args.synced_canaries,
-            max_connected_clusters: 255,
+            max_connected_clusters: args.max_connected_clusters,
             ..Default::default()
         },
     };
-    let value = serde_json::to_vec(&config).expect("a cluster config serialises");
-    client
-        .put(
-            &clustermesh::cluster_config_key(&args.cluster_name),
-            value,
-            0,
-        )
-        .await?;
-    client
-        .put(clustermesh::HAS_CLUSTER_CONFIG_KEY, "true", 0)
-        .await
+    clustermesh::write_cluster_config(&client, &args.cluster_name, &config).await
 }
 
 /// Renders the ipcache as the table `weftd ipcache list` prints.

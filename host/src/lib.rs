@@ -43,9 +43,7 @@ pub mod identity {
 
 /// Nodes: the manager (`weft-state`) and this node's registration (`weft-clustermesh`).
 pub mod node {
-    pub use weft_clustermesh::registration::{
-        node_key, run_registration, Registration, NODES_CANARY_BASE,
-    };
+    pub use weft_clustermesh::registration::{run_registration, Registration};
     pub use weft_clustermesh::{LeasedKeys, PutError};
     pub use weft_state::node::*;
 }

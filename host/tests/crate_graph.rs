@@ -1,7 +1,8 @@
 //! The workspace's crate graph is the architecture: each crate may depend only on the
 //! crates its row allows (ARCHITECTURE.md, "Crates"), so that a lower crate never
 //! names a higher one and an edit rebuilds only what depends on it. Read from the
-//! manifests with `cargo metadata`.
+//! manifests with `cargo metadata`. And every etcd key is spelled in one place, the
+//! layout of `weft-model`.
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -218,5 +219,78 @@ fn control_an_edge_the_rows_do_not_allow_is_named() {
     assert_eq!(
         violations(&dependencies(&meta)),
         ["weft-model depends on weft, which its row does not allow"]
+    );
+}
+
+/// Where an etcd key may be spelled: the one layout. Integration tests (outside these
+/// directories) spell keys as the established writer does, on purpose: they check the
+/// layout from outside.
+const LAYOUT_FILE: &str = "host/model/src/layout.rs";
+
+/// The lines of `text` that spell an etcd key, outside comments and test modules.
+fn spelled_keys(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let code = line.trim_start();
+        if code.starts_with("#[cfg(test)]") {
+            break;
+        }
+        if !code.starts_with("//") && code.contains("\"cilium/") {
+            found.push((n + 1, line.trim().to_owned()));
+        }
+    }
+    found
+}
+
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_etcd_key_is_spelled_only_in_the_layout() {
+    let meta = metadata();
+    let root = std::path::PathBuf::from(meta["workspace_root"].as_str().unwrap());
+    let mut files = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let dir = std::path::Path::new(p["manifest_path"].as_str().unwrap())
+            .parent()
+            .unwrap()
+            .to_owned();
+        for sub in ["src", "benches", "tests/support"] {
+            rust_files(&dir.join(sub), &mut files);
+        }
+    }
+    assert!(files.iter().any(|f| f.ends_with(LAYOUT_FILE)));
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| !f.ends_with(LAYOUT_FILE)) {
+        for (n, line) in spelled_keys(&std::fs::read_to_string(f).unwrap()) {
+            let at = f.strip_prefix(&root).unwrap_or(f).display();
+            found.push(format!("{at}:{n}: {line}"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "etcd keys spelled outside {LAYOUT_FILE} (use weft_model::layout):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn control_a_spelled_key_is_found_and_comments_and_tests_are_not() {
+    let text =
+        "// \"cilium/a\"\nlet k = \"cilium/state/x\";\n#[cfg(test)]\nlet t = \"cilium/y\";\n";
+    assert_eq!(
+        spelled_keys(text),
+        [(2, "let k = \"cilium/state/x\";".to_owned())]
     );
 }

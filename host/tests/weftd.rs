@@ -1,6 +1,7 @@
 //! `weftd` end to end: two agents in two clusters (one etcd each) publish their nodes
 //! and see each other; the status JSON contract; the node record outlives etcd's loss;
-//! plugins packaged with `weftd plugin`, loaded, called and reloaded by the agent.
+//! plugins packaged with `weftd plugin`, loaded, called and reloaded by the agent;
+//! `weftd cluster-config`.
 
 mod support;
 
@@ -288,4 +289,39 @@ async fn an_agent_loads_signed_plugins_calls_their_hooks_and_reloads_them() {
     ]);
     assert!(text.contains("plugins: 2 loaded, 1 refused"), "{text}");
     assert!(text.contains("regeneration-policy    1.1.0"), "{text}");
+}
+
+/// `weftd cluster-config` writes the established config JSON, with the largest
+/// cluster ID it is told, and then the marker that makes the config required.
+#[tokio::test]
+async fn cluster_config_writes_the_config_and_the_marker() {
+    let etcd = Etcd::start().await;
+    let url = etcd.url();
+    let args = [
+        "cluster-config",
+        "--cluster-name",
+        "cluster7",
+        "--cluster-id",
+        "7",
+        "--kvstore-endpoints",
+        &url,
+        "--synced-canaries",
+        "--max-connected-clusters",
+        "511",
+    ];
+    weftd(&args.map(std::ffi::OsStr::new));
+    let client = etcd.client().await;
+    let get = |key: &'static str| {
+        let mut c = client.clone();
+        async move {
+            let r = c.get(key, None).await.unwrap();
+            r.kvs().first().map(|kv| kv.value_str().unwrap().to_owned())
+        }
+    };
+    let config: serde_json::Value =
+        serde_json::from_str(&get("cilium/cluster-config/cluster7").await.unwrap()).unwrap();
+    assert_eq!(config["id"], 7);
+    assert_eq!(config["capabilities"]["syncedCanaries"], true);
+    assert_eq!(config["capabilities"]["maxConnectedClusters"], 511);
+    assert!(get("cilium/.has-cluster-config").await.is_some());
 }

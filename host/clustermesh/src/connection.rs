@@ -1,7 +1,6 @@
 //! The connection life of a remote cluster: connect, read and check its cluster
 //! config, then watch its resources until the config changes or the task is stopped.
 
-use super::layout::{cluster_config_key, Layout, HAS_CLUSTER_CONFIG_KEY};
 use super::mesh::Shared;
 use super::remote_cluster::{error_chain, RemoteCluster, StreamKey};
 use super::Resource;
@@ -10,6 +9,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_stream::StreamMap;
 use weft_kvstore::{self as kvstore, list_watch, Backoff, Client, Endpoints, Event};
+use weft_model::layout::{self, Layout, HAS_CLUSTER_CONFIG};
 use weft_model::ClusterConfig;
 
 /// Why an attempt did not lead to watching.
@@ -57,7 +57,7 @@ async fn connect(
         .await
         .map_err(|e| NotConnected::Refused(error_chain(&e)))?;
     let transient = |e: kvstore::Error| NotConnected::Transient(error_chain(&e));
-    let key = cluster_config_key(name);
+    let key = layout::cluster_config(name);
     let raw = client.get(&key).await.map_err(transient)?;
     let config = match &raw {
         Some(bytes) => Some(serde_json::from_slice::<ClusterConfig>(bytes).map_err(|e| {
@@ -65,14 +65,14 @@ async fn connect(
         })?),
         None => {
             if client
-                .get(HAS_CLUSTER_CONFIG_KEY)
+                .get(HAS_CLUSTER_CONFIG)
                 .await
                 .map_err(transient)?
                 .is_some()
             {
                 let waited = started.elapsed();
                 let msg = format!(
-                    "cluster config {key:?} is required ({HAS_CLUSTER_CONFIG_KEY:?} exists) but missing after {}s",
+                    "cluster config {key:?} is required ({HAS_CLUSTER_CONFIG:?} exists) but missing after {}s",
                     waited.as_secs()
                 );
                 return Err(if waited < mesh.config.cluster_config_timeout {
@@ -106,7 +106,7 @@ async fn connect(
 /// Watches until the cluster config changes; returns why it stopped.
 async fn watch(cluster: &RemoteCluster, conn: Connected) -> String {
     let name = &*cluster.name;
-    let config_key = cluster_config_key(name);
+    let config_key = layout::cluster_config(name);
     let prefixes = Resource::ALL.map(|r| conn.layout.prefix(r, name));
     let mut streams = StreamMap::new();
     let start = |streams: &mut StreamMap<_, _>, r: Resource| {

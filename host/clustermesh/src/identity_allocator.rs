@@ -21,10 +21,11 @@ use crate::leased_keys::{LeasedKeys, PutError};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 use weft_kvstore::{Client, Error as KvError};
+use weft_model::layout::{self, allocator};
 use weft_model::Labels;
 
-/// The allocator's prefix.
-pub const PREFIX: &str = "cilium/state/identities/v1/";
+/// The allocator's prefix, master keys included.
+pub const PREFIX: &str = layout::allocator::ALL;
 
 /// The lowest and highest id below the cluster bits.
 pub const ID_RANGE: std::ops::RangeInclusive<u32> = 256..=65535;
@@ -109,7 +110,7 @@ impl GlobalAllocator {
         let result = self.allocate(&text).await;
         self.unlock(&lock).await;
         let id = result?;
-        let value_key = format!("{PREFIX}value/{text}/{}", self.node);
+        let value_key = allocator::value(&text, &self.node);
         self.keys
             .put(&value_key, id.to_string().into_bytes())
             .await
@@ -143,7 +144,7 @@ impl GlobalAllocator {
             source,
         };
         self.keys
-            .delete(&format!("{PREFIX}value/{text}/{}", self.node))
+            .delete(&allocator::value(&text, &self.node))
             .await
             .map_err(kv)?;
         self.collect_if_unused(&text, &master(id)).await.map(drop)
@@ -155,7 +156,7 @@ impl GlobalAllocator {
         let lock = self.lock(labels).await?;
         let users = self
             .client
-            .list_prefix(&format!("{PREFIX}value/{labels}/"))
+            .list_prefix(&allocator::value_prefix(labels))
             .await;
         let result = match users {
             Ok(users) if users.is_empty() => self.client.delete(key).await.map(|()| true),
@@ -187,7 +188,7 @@ impl GlobalAllocator {
         };
         let masters = self
             .client
-            .list_prefix(&format!("{PREFIX}id/"))
+            .list_prefix(&allocator::masters())
             .await
             .map_err(kv)?;
         let mut collected = 0;
@@ -209,7 +210,7 @@ impl GlobalAllocator {
         };
         let users = self
             .client
-            .list_prefix(&format!("{PREFIX}value/{labels}/"))
+            .list_prefix(&allocator::value_prefix(labels))
             .await
             .map_err(kv)?;
         let in_use: BTreeSet<u32> = users
@@ -226,7 +227,7 @@ impl GlobalAllocator {
         }
         let masters = self
             .client
-            .list_prefix(&format!("{PREFIX}id/"))
+            .list_prefix(&allocator::masters())
             .await
             .map_err(kv)?;
         let mut used = BTreeSet::new();
@@ -264,7 +265,7 @@ impl GlobalAllocator {
     /// Takes the labels' lock (the etcd mutex recipe: our key created, then held once
     /// it is the first created under the prefix); returns our key, to delete.
     async fn lock(&self, labels: &str) -> Result<String, Error> {
-        let prefix = format!("{PREFIX}locks/{labels}/");
+        let prefix = allocator::locks_prefix(labels);
         let lease = self
             .keys
             .current_lease()
@@ -315,5 +316,5 @@ impl GlobalAllocator {
 }
 
 fn master(id: u32) -> String {
-    format!("{PREFIX}id/{id}")
+    layout::identity(id)
 }

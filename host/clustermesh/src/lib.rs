@@ -8,7 +8,7 @@
 //! observer has seen the whole list when anyone learns it is synced.
 //!
 //! Owns: the remote clusters (config directory, connections, decoding, stores), their
-//! barriers and the waits on them, the key layout they are read under, and this
+//! barriers and the waits on them (under the keys of `weft_model::layout`), and this
 //! cluster's writes to its own etcd: the node's registration ([`registration`]) and the
 //! identities it allocates ([`identity_allocator`]), both under leases.
 //! Must not know: the ipcache, identities' resolution, the datapath, plugins or the
@@ -19,12 +19,12 @@
 #![warn(missing_docs)]
 
 mod barrier;
+mod cluster_config;
 mod cluster_ids;
 mod config_dir;
 mod config_file;
 mod connection;
 pub mod identity_allocator;
-mod layout;
 mod leased_keys;
 mod mesh;
 pub mod registration;
@@ -34,13 +34,13 @@ mod status;
 mod wait;
 
 pub use barrier::{BarrierState, Outcome, Resource, SyncBarrier, Waiter};
+pub use cluster_config::write_cluster_config;
 pub use config_dir::{watch_dir, DirEvent};
 pub use config_file::{parse_config_file, ConfigError};
 pub use identity_allocator::GlobalAllocator;
-pub use layout::{cluster_config_key, Layout, HAS_CLUSTER_CONFIG_KEY};
 pub use leased_keys::{LeasedKeys, PutError};
 pub use mesh::ClusterMesh;
-pub use registration::{node_key, run_registration, Registration, NODES_CANARY_BASE};
+pub use registration::{run_registration, Registration};
 pub use status::{ClusterStatus, Counts, Synced, SyncedAfter};
 pub use wait::{PendingCluster, SyncReport, SyncTimeout, SyncWait};
 pub use weft_model::remote::{ClusterEvent, Kept, NoObserver, Observer, Value};

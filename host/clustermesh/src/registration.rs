@@ -1,13 +1,10 @@
 //! Publishes this node's record to its own cluster's etcd, on a lease kept alive.
 
-use crate::cluster_config_key;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use weft_kvstore::{Backoff, Client, Error};
-use weft_model::{ClusterConfig, Node};
-
-/// The base prefix named by the nodes' sync canary.
-pub const NODES_CANARY_BASE: &str = "cilium/state/nodes/v1";
+use weft_model::layout::{self, Layout};
+use weft_model::{ClusterConfig, Node, Resource};
 
 /// What this node publishes about itself.
 #[derive(Debug, Clone)]
@@ -16,11 +13,6 @@ pub struct Registration {
     pub node: Node,
     /// The lease's time to live; the key vanishes this long after the agent dies.
     pub lease_ttl: Duration,
-}
-
-/// The key of `node` in `cluster`.
-pub fn node_key(cluster: &str, node: &str) -> String {
-    format!("{NODES_CANARY_BASE}/{cluster}/{node}")
 }
 
 /// Keeps this node's record in etcd until the future is dropped: grants a lease, puts
@@ -55,15 +47,17 @@ async fn publish(client: &Client, reg: &Registration, ttl: i64) -> Result<i64, E
     let lease = client.grant_lease(ttl).await?;
     let (cluster, name) = (&reg.node.cluster, &reg.node.name);
     let value = serde_json::to_vec(&reg.node).expect("a node always serialises");
-    client.put(&node_key(cluster, name), value, lease).await?;
-    let config = client.get(&cluster_config_key(cluster)).await?;
+    client
+        .put(&layout::node(cluster, name), value, lease)
+        .await?;
+    let config = client.get(&layout::cluster_config(cluster)).await?;
     let canaries = config
         .and_then(|c| serde_json::from_slice::<ClusterConfig>(&c).ok())
         .is_some_and(|c| c.capabilities.synced_canaries);
     if canaries {
         // Written after the record is acknowledged: readers that wait for the canary
         // then see it.
-        let key = format!("cilium/synced/{cluster}/{NODES_CANARY_BASE}");
+        let key = Layout::PLAIN.canary(Resource::Nodes, cluster);
         let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         client.put(&key, now, lease).await?;
     }

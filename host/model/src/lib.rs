@@ -6,7 +6,7 @@
 //! over time. A value that does not decode is a [`DecodeError`] naming its key; the
 //! caller counts and skips it.
 //!
-//! Beside the values: [`Prefix`] (an IP prefix, host bits cleared), the four
+//! Beside the values: [`layout`] (every etcd key weft reads or writes), [`Prefix`] (an IP prefix, host bits cleared), the four
 //! [`Resource`]s every remote cluster syncs, the label keys weft itself sets, and
 //! [`remote`], the words in which the cluster mesh hands a remote cluster's changes to
 //! the state stage.
@@ -19,6 +19,7 @@ mod cluster_config;
 mod identity;
 mod ip_identity;
 mod labels;
+pub mod layout;
 mod net;
 mod node;
 mod prefix;

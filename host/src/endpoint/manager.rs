@@ -21,9 +21,6 @@ use std::sync::Arc;
 use weft_api::cni::rscni_types::types::{CNIResult, Interface, IpConfig, Route};
 use weft_api::cni::{code, CniAnswer, CniCall, Command, Failure};
 
-/// The ipcache prefix this node's endpoints are published under.
-pub const IPCACHE_PREFIX: &str = "cilium/state/ip/v1/default/";
-
 pub use crate::model::{CLUSTER_LABEL, NAMESPACE_LABEL};
 
 /// How endpoints are made on this node.
@@ -422,7 +419,7 @@ impl EndpointManager {
             };
             let value = serde_json::to_vec(&pair).expect("a pair serialises");
             self.keys
-                .put(&format!("{IPCACHE_PREFIX}{ip}"), value)
+                .put(&crate::model::layout::ip(ip), value)
                 .await
                 .map_err(|e| Failure::new(11, "cannot publish the ipcache entry", e.to_string()))?;
         }
@@ -467,7 +464,7 @@ impl EndpointManager {
             }
             for ip in &r.addresses {
                 self.keys
-                    .delete(&format!("{IPCACHE_PREFIX}{ip}"))
+                    .delete(&crate::model::layout::ip(ip))
                     .await
                     .map_err(|e| {
                         Failure::new(11, "cannot withdraw the ipcache entry", e.to_string())

@@ -213,6 +213,7 @@ async fn start_etcd(state: &mut LabState, c: u8) -> Result<String, LabError> {
         cluster_id: u32::from(c),
         kvstore_endpoints: vec![url.clone()],
         synced_canaries: false,
+        max_connected_clusters: 255,
     };
     // Written once etcd answers: the first attempts meet a process still starting.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

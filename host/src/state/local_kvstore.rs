@@ -4,7 +4,8 @@
 use super::{pair_fact, State};
 use crate::ipcache::{Owner, Prefix, Source};
 use crate::kvstore::{list_watch, Client, Event};
-use crate::model::{decode_json, DecodeError, Identity, IpIdentityPair, Node};
+use crate::model::layout::Layout;
+use crate::model::{decode_json, DecodeError, Identity, IpIdentityPair, Node, Resource};
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,13 +37,11 @@ pub async fn run_local_kvstore(
     own_node: String,
     nodes_synced: watch::Sender<bool>,
 ) {
+    let at = |r| Layout::PLAIN.prefix(r, &cluster);
     let prefixes = [
-        (Kind::Nodes, format!("cilium/state/nodes/v1/{cluster}/")),
-        (Kind::IpCache, "cilium/state/ip/v1/default/".to_owned()),
-        (
-            Kind::Identities,
-            "cilium/state/identities/v1/id/".to_owned(),
-        ),
+        (Kind::Nodes, at(Resource::Nodes)),
+        (Kind::IpCache, at(Resource::IpCache)),
+        (Kind::Identities, at(Resource::Identities)),
     ];
     let mut streams = StreamMap::new();
     for (kind, prefix) in &prefixes {

@@ -32,6 +32,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft::clustermesh::{ClusterEvent, Observer, Value};
+use weft::model::layout;
 
 /// Polls `check` until it returns `Some`, at most `limit`; panics naming `what`.
 pub async fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
@@ -169,22 +170,16 @@ pub async fn seed_cluster(etcd: &Etcd, cluster: &str, id: u32, n: usize) {
     for i in 0..n {
         let ip = format!("10.{}.{}.{}", id, i / 250, i % 250 + 1);
         kv.push((
-            format!("cilium/state/nodes/v1/{cluster}/node-{i}"),
+            layout::node(cluster, &format!("node-{i}")),
             node_json(cluster, id, &format!("node-{i}"), &ip),
         ));
+        kv.push((layout::ip(&ip), ip_json(&ip, (id << 16) + 100 + i as u32)));
         kv.push((
-            format!("cilium/state/ip/v1/default/{ip}"),
-            ip_json(&ip, (id << 16) + 100 + i as u32),
-        ));
-        kv.push((
-            format!(
-                "cilium/state/identities/v1/id/{}",
-                (id << 16) + 100 + i as u32
-            ),
+            layout::identity((id << 16) + 100 + i as u32),
             format!("k8s:app=a{i};k8s:io.cilium.k8s.policy.cluster={cluster};"),
         ));
         kv.push((
-            format!("cilium/state/services/v1/{cluster}/ns/svc-{i}"),
+            layout::service(cluster, "ns", &format!("svc-{i}")),
             service_json(cluster, id, "ns", &format!("svc-{i}")),
         ));
     }
@@ -193,8 +188,7 @@ pub async fn seed_cluster(etcd: &Etcd, cluster: &str, id: u32, n: usize) {
 
 /// Writes a cluster config.
 pub async fn put_cluster_config(etcd: &Etcd, cluster: &str, json: &str) {
-    etcd.put(&format!("cilium/cluster-config/{cluster}"), json)
-        .await;
+    etcd.put(&layout::cluster_config(cluster), json).await;
 }
 
 /// The CPU time (user and system) process `pid` has used so far, from

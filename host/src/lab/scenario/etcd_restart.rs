@@ -42,8 +42,6 @@ const WRITE_AFTER: Duration = Duration::from_secs(2);
 /// How long every agent has to converge once the writer stopped.
 const CONVERGE_WITHIN: Duration = Duration::from_secs(30);
 
-const IPCACHE_PREFIX: &str = "cilium/state/ip/v1/default/";
-
 /// The node of cluster2 whose pod CIDR the writer's addresses are in.
 const WRITTEN_NODE: NodeRef = NodeRef {
     cluster: 2,
@@ -104,7 +102,7 @@ async fn write(client: Client, stop: Arc<AtomicBool>) -> Writes {
     while !stop.load(Ordering::Relaxed) {
         let (k, identity) = operation(i);
         let ip = written_ip(k);
-        let key = format!("{IPCACHE_PREFIX}{ip}");
+        let key = crate::model::layout::ip(ip);
         let op = async {
             match identity {
                 Some(id) => client.put(&key, value(ip, id), 0).await,
@@ -127,8 +125,9 @@ async fn write(client: Client, stop: Arc<AtomicBool>) -> Writes {
 /// The writer's keys in etcd: address → identity.
 async fn written_in_etcd(client: &Client) -> Result<BTreeMap<IpAddr, u32>, kvstore::Error> {
     let mut keys = BTreeMap::new();
-    for (key, value) in client.list_prefix(IPCACHE_PREFIX).await? {
-        let Ok(ip) = key[IPCACHE_PREFIX.len()..].parse::<IpAddr>() else {
+    let prefix = crate::model::layout::Layout::PLAIN.prefix(crate::model::Resource::IpCache, "");
+    for (key, value) in client.list_prefix(&prefix).await? {
+        let Ok(ip) = key[prefix.len()..].parse::<IpAddr>() else {
             continue;
         };
         let id = serde_json::from_slice::<serde_json::Value>(&value)
@@ -300,7 +299,7 @@ pub async fn etcd_restart(
     let deadline = started + Duration::from_secs(20);
     while Instant::now() < deadline
         && etcd
-            .get(&format!("{IPCACHE_PREFIX}{}", written_ip(0)))
+            .get(&crate::model::layout::ip(written_ip(0)))
             .await
             .is_err()
     {
@@ -351,9 +350,7 @@ pub async fn etcd_restart(
 
     // The lab as it was: the writer's keys deleted, every agent back in step.
     for k in 0..KEYS {
-        let _ = etcd
-            .delete(&format!("{IPCACHE_PREFIX}{}", written_ip(k)))
-            .await;
+        let _ = etcd.delete(&crate::model::layout::ip(written_ip(k))).await;
     }
     lab_back(&spec, "etcd-restart").await?;
     steps.say(out, "the writer's keys deleted; the lab is back");
