@@ -1,8 +1,8 @@
 //! The connection life of a remote cluster: connect, read and check its cluster
 //! config, then watch its resources until the config changes or the task is stopped.
 
-use super::mesh::Shared;
 use super::remote_cluster::{error_chain, RemoteCluster, StreamKey};
+use super::shared::Shared;
 use super::Resource;
 use futures::StreamExt;
 use std::sync::Arc;

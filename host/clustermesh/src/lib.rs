@@ -30,6 +30,7 @@ mod mesh;
 pub mod registration;
 mod remote_cluster;
 mod resource;
+mod shared;
 mod status;
 mod wait;
 

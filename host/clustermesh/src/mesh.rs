@@ -1,9 +1,10 @@
 //! The set of remote clusters, driven by the config directory.
 
-use super::cluster_ids::{ClusterIds, IdError};
+use super::cluster_ids::ClusterIds;
 use super::config_dir::{watch_dir, DirEvent};
 use super::config_file::ConfigError;
 use super::remote_cluster::{error_chain, RemoteCluster};
+use super::shared::{Member, Shared};
 use super::{ClusterStatus, Config, Observer, SyncCallbacks};
 use futures::StreamExt;
 use std::collections::BTreeMap;
@@ -18,34 +19,6 @@ use weft_kvstore::Endpoints;
 #[derive(Clone)]
 pub struct ClusterMesh {
     pub(crate) shared: Arc<Shared>,
-}
-
-pub(crate) struct Shared {
-    pub config: Config,
-    observer: Arc<dyn Observer>,
-    callbacks: SyncCallbacks,
-    ids: Mutex<ClusterIds>,
-    pub(crate) clusters: Mutex<BTreeMap<String, Member>>,
-    /// Serialises add/change/remove/stop; never held by a wait.
-    changes: tokio::sync::Mutex<bool>,
-    /// Set once the clusters present in the config directory at start were added.
-    dir_synced: tokio::sync::watch::Sender<bool>,
-    /// Set when the mesh stops: from then on no wait ends (see [`ClusterMesh::stop`]).
-    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
-}
-
-pub(crate) struct Member {
-    pub cluster: Arc<RemoteCluster>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Shared {
-    pub fn claim_id(&self, cluster: &str, id: u32) -> Result<(), IdError> {
-        self.ids
-            .lock()
-            .expect("ids lock poisoned")
-            .claim(cluster, id)
-    }
 }
 
 impl ClusterMesh {

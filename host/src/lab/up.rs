@@ -208,19 +208,19 @@ async fn start_etcd(state: &mut LabState, c: u8) -> Result<String, LabError> {
     let pid = process::spawn(cmd, &dir.join("etcd.log"))
         .map_err(|e| step(&what)(format!("etcd (Debian etcd-server): {e}")))?;
     state.started(&what, pid)?;
-    let args = crate::cli::ClusterConfigArgs {
-        cluster_name: Spec::cluster_name(c),
-        cluster_id: u32::from(c),
-        kvstore_endpoints: vec![url.clone()],
-        synced_canaries: false,
-        max_connected_clusters: 255,
+    let config = crate::model::ClusterConfig {
+        id: u32::from(c),
+        capabilities: crate::model::Capabilities {
+            max_connected_clusters: 255,
+            ..Default::default()
+        },
     };
     // Written once etcd answers: the first attempts meet a process still starting.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         match tokio::time::timeout(
             Duration::from_secs(2),
-            crate::cli::write_cluster_config(&args),
+            write_cluster_config(&url, &Spec::cluster_name(c), &config),
         )
         .await
         {
@@ -492,4 +492,19 @@ pub async fn make_pods(
         made.push((p, ip));
     }
     Ok(made)
+}
+
+/// Writes cluster `name`'s config to the etcd at `url`, as `weftd cluster-config` does.
+async fn write_cluster_config(
+    url: &str,
+    name: &str,
+    config: &crate::model::ClusterConfig,
+) -> Result<(), crate::kvstore::Error> {
+    let endpoints = crate::kvstore::Endpoints {
+        urls: vec![url.to_owned()],
+        ..Default::default()
+    };
+    let client =
+        crate::kvstore::Client::connect(&endpoints, &crate::kvstore::Config::default()).await?;
+    crate::clustermesh::write_cluster_config(&client, name, config).await
 }
