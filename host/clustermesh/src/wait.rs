@@ -210,3 +210,120 @@ impl SyncWait {
         }
     }
 }
+
+/// The wait's time logic on tokio's paused clock: the clock advances only when every
+/// task is idle, so a deadline is reached exactly when nothing else can happen first.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::barrier::SyncBarrier;
+    use std::time::Duration;
+
+    /// A wait on `resources` of each named cluster, with the barriers that drive it
+    /// and the mesh's stop signal.
+    fn wait_on(
+        clusters: &[&str],
+        resources: &[Resource],
+    ) -> (
+        SyncWait,
+        Vec<Vec<SyncBarrier>>,
+        tokio::sync::watch::Sender<bool>,
+    ) {
+        let barriers: Vec<Vec<SyncBarrier>> = clusters
+            .iter()
+            .map(|_| resources.iter().map(|_| SyncBarrier::default()).collect())
+            .collect();
+        let waiters = clusters
+            .iter()
+            .zip(&barriers)
+            .map(|(name, bs)| {
+                let ws = resources.iter().zip(bs).map(|(r, b)| (*r, b.waiter()));
+                (name.to_string(), ws.collect())
+            })
+            .collect();
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        (SyncWait { waiters, stopping }, barriers, stop)
+    }
+
+    const BOTH: [Resource; 2] = [Resource::IpCache, Resource::Identities];
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_names_what_is_still_pending() {
+        let (wait, barriers, _stop) = wait_on(&["c2", "c3"], &BOTH);
+        barriers[0][0].release();
+        barriers[0][1].release();
+        barriers[1][1].release();
+        let started = Instant::now();
+        let e = wait
+            .until(started + Duration::from_secs(60))
+            .await
+            .unwrap_err();
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+        assert_eq!(
+            e.pending,
+            [PendingCluster {
+                cluster: "c3".into(),
+                resources: vec![Resource::IpCache],
+            }]
+        );
+        assert!(e.to_string().contains("c3 (ipcache)"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_removed_mid_wait_counts_as_done() {
+        let (wait, barriers, _stop) = wait_on(&["c2", "c3"], &BOTH);
+        let started = Instant::now();
+        let wait = tokio::spawn(wait.until(started + Duration::from_secs(60)));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        for b in &barriers[0] {
+            b.release();
+        }
+        // c3 goes (removed from the mesh): its barriers are dropped.
+        let [c2, c3]: [Vec<SyncBarrier>; 2] = barriers.try_into().ok().unwrap();
+        drop(c3);
+        let report = wait.await.unwrap().unwrap();
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(10),
+            "ends when c3 goes"
+        );
+        assert_eq!(report.synced, ["c2"]);
+        assert_eq!(report.disconnected, ["c3"]);
+        drop(c2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_cluster_releases_as_disconnected() {
+        let (wait, barriers, _stop) = wait_on(&["c2"], &BOTH);
+        barriers[0][0].release();
+        barriers[0][1].disconnect();
+        let report = wait.until(Instant::now() + Duration::from_secs(60)).await;
+        assert_eq!(report.unwrap().disconnected, ["c2"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_stop_no_wait_ends_not_even_by_its_deadline() {
+        let (wait, barriers, stop) = wait_on(&["c2"], &BOTH);
+        let started = Instant::now();
+        let wait = tokio::spawn(wait.until(started + Duration::from_secs(60)));
+        stop.send_replace(true);
+        // Past the deadline, then every barrier released: still no end.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        for b in &barriers[0] {
+            b.release();
+        }
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!wait.is_finished(), "a stopping mesh releases no waiter");
+        wait.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn control_without_stop_the_same_wait_times_out() {
+        let (wait, _barriers, _stop) = wait_on(&["c2"], &BOTH);
+        let started = Instant::now();
+        let wait = tokio::spawn(wait.until(started + Duration::from_secs(60)));
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert!(wait.is_finished());
+        assert!(wait.await.unwrap().is_err());
+    }
+}
