@@ -13,7 +13,7 @@ use crate::node::{run_registration, NodeId, Registration};
 use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustPolicy};
 use crate::policy::PolicySet;
 use crate::regeneration::{self, wait_for_regeneration, RegenerationConfig};
-use crate::state::{run_local_kvstore, State};
+use crate::state::{LocalKvStore, State};
 use crate::wireguard::{
     self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync, PeerSyncStatus, PodRoutes,
 };
@@ -371,12 +371,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             ..Endpoints::default()
         };
         let client = kvstore::Client::connect(&endpoints, &config.mesh.kvstore).await?;
-        tasks.spawn(run_local_kvstore(
+        tasks.spawn(clustermesh::run_local_cluster(
             client.clone(),
-            state.clone(),
-            config.mesh.cluster_name.clone(),
-            config.node_name.clone(),
-            local_nodes_synced,
+            clustermesh::LocalCluster {
+                name: config.mesh.cluster_name.clone(),
+                id: config.mesh.cluster_id,
+            },
+            Arc::new(LocalKvStore::new(state.clone(), &config.node_name)),
+            move |r| {
+                if r == clustermesh::Resource::Nodes {
+                    local_nodes_synced.send_if_modified(|synced| !std::mem::replace(synced, true));
+                }
+            },
         ));
         let (lease_tx, lease_rx) = watch::channel(None);
         tasks.spawn(run_registration(

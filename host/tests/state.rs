@@ -154,6 +154,15 @@ async fn this_clusters_kvstore_feeds_the_state_with_source_kvstore() {
         ),
         ("cilium/state/identities/v1/id/65600", "k8s:app=db;"),
         ("cilium/state/ip/v1/default/10.1.0.8", "{broken"),
+        // This cluster speaks only for itself, and a key names its value.
+        (
+            "cilium/state/nodes/v1/local/stranger",
+            r#"{"Name":"stranger","Cluster":"other","IPAddresses":[{"Type":"InternalIP","IP":"192.0.2.9"}]}"#,
+        ),
+        (
+            "cilium/state/ip/v1/default/10.1.0.9",
+            r#"{"IP":"10.1.0.10","ID":65600}"#,
+        ),
     ];
     etcd.put_pairs(&kv).await;
 
@@ -169,12 +178,18 @@ async fn this_clusters_kvstore_feeds_the_state_with_source_kvstore() {
         .await
         .unwrap();
     let (nodes_synced, mut synced) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(weft::state::run_local_kvstore(
+    let task = tokio::spawn(weft::clustermesh::run_local_cluster(
         client,
-        state.clone(),
-        "local".into(),
-        "me".into(),
-        nodes_synced,
+        weft::clustermesh::LocalCluster {
+            name: "local".into(),
+            id: 0,
+        },
+        Arc::new(weft::state::LocalKvStore::new(state.clone(), "me")),
+        move |r| {
+            if r == weft::clustermesh::Resource::Nodes {
+                nodes_synced.send_replace(true);
+            }
+        },
     ));
     tokio::time::timeout(Duration::from_secs(30), synced.wait_for(|s| *s))
         .await
@@ -188,7 +203,7 @@ async fn this_clusters_kvstore_feeds_the_state_with_source_kvstore() {
 
     eventually("local state read", Duration::from_secs(30), || {
         let t = state.totals();
-        (t.ipcache == 2 && t.identities.cluster == 1 && t.rejected == 1).then_some(())
+        (t.ipcache == 2 && t.identities.cluster == 1 && t.rejected == 3).then_some(())
     })
     .await;
     let pod = state.ipcache.lookup("10.1.0.7".parse().unwrap()).unwrap();
@@ -198,6 +213,11 @@ async fn this_clusters_kvstore_feeds_the_state_with_source_kvstore() {
     assert!(
         state.ipcache.lookup("192.0.2.1".parse().unwrap()).is_none(),
         "our own record is stated as local by the agent, not read back"
+    );
+    assert!(
+        state.ipcache.lookup("192.0.2.9".parse().unwrap()).is_none()
+            && state.ipcache.lookup("10.1.0.10".parse().unwrap()).is_none(),
+        "refused values state nothing"
     );
     assert_eq!(
         state

@@ -1,9 +1,11 @@
 //! The cluster mesh: one `RemoteCluster` (`remote_cluster.rs`) per file in the config
 //! directory, each read from its etcd, each with four sync barriers.
 //!
-//! Data flows one way: etcd → [`weft_kvstore::list_watch_raw`] → decode → the
-//! cluster's stores (the one record of its keys; each list drains what it did not
-//! deliver again) → the [`Observer`] (the state stage). Barriers are released from the same
+//! Data flows one way: etcd → [`weft_kvstore::list_watch_raw`] → the reflector
+//! (`reflector.rs`: decode → the cluster's stores, the one record of its keys; each
+//! list drains what it did not deliver again) → the [`Observer`] (the state stage).
+//! This cluster's own kvstore goes through the same reflector
+//! ([`run_local_cluster`]). Barriers are released from the same
 //! task that applies the events, after the last event of the initial list, so an
 //! observer has seen the whole list when anyone learns it is synced.
 //!
@@ -26,7 +28,9 @@ mod config_file;
 mod connection;
 pub mod identity_allocator;
 mod leased_keys;
+mod local_cluster;
 mod mesh;
+mod reflector;
 pub mod registration;
 mod remote_cluster;
 mod resource;
@@ -40,6 +44,7 @@ pub use config_dir::{watch_dir, DirEvent};
 pub use config_file::{parse_config_file, ConfigError};
 pub use identity_allocator::GlobalAllocator;
 pub use leased_keys::{LeasedKeys, PutError};
+pub use local_cluster::{run_local_cluster, LocalCluster, LOCAL_RESOURCES};
 pub use mesh::ClusterMesh;
 pub use registration::{run_registration, Registration};
 pub use status::{ClusterStatus, Counts, Synced, SyncedAfter};

@@ -2,13 +2,13 @@
 //! connection task and the mesh.
 
 use super::barrier::SyncBarrier;
-use super::resource::{decode, Owner, Store, Stored};
+use super::reflector::{tell_deletes, Change, Reflector};
+use super::resource::Owner;
 use super::status::{ClusterStatus, Counts, Synced, SyncedAfter};
 use super::{BarrierState, ClusterEvent, ClusterInfo, Observer, Resource, SyncCallbacks};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use weft_kvstore::{self as kvstore, Event};
-use weft_model::remote::Kept;
 
 /// Which of a connection's streams an event or error came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,13 +31,10 @@ pub(crate) struct RemoteCluster {
     callbacks: SyncCallbacks,
     /// When the cluster was added: barriers' release times count from here.
     added: std::time::Instant,
-    /// The most keys the cluster may hold, all resources together.
-    max_keys: usize,
     /// Skipped values are logged at a bounded rate: they are the remote's doing.
     log_limit: weft_sys::loglimit::LogLimit,
 }
 
-#[derive(Default)]
 struct Inner {
     /// The ID the cluster was accepted with, when it announced one.
     id: Option<u32>,
@@ -48,7 +45,7 @@ struct Inner {
     failing: HashSet<StreamKey>,
     last_error: Option<String>,
     malformed: u64,
-    stores: [Store; 4],
+    reflector: Reflector,
     /// A failure happened since the connection was last healthy.
     broken: bool,
     reconnects: u64,
@@ -86,11 +83,22 @@ impl RemoteCluster {
         Self {
             name: name.into(),
             barriers: Default::default(),
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                id: None,
+                accepted: false,
+                announce_disconnect: false,
+                failing: HashSet::new(),
+                last_error: None,
+                malformed: 0,
+                reflector: Reflector::new(max_keys),
+                broken: false,
+                reconnects: 0,
+                last_failure_unix: None,
+                synced_after_ms: [None; 4],
+            }),
             observer,
             callbacks,
             added: std::time::Instant::now(),
-            max_keys,
             log_limit: weft_sys::loglimit::LogLimit::per_second("malformed values"),
         }
     }
@@ -174,135 +182,47 @@ impl RemoteCluster {
     /// Applies one event of resource `r` watched under `prefix`.
     pub fn apply(&self, r: Resource, prefix: &str, event: Event) {
         let cluster = &*self.name;
-        match event {
-            Event::Listing => self.lock().stores[r.index()].begin_listing(),
-            Event::ListSize { keys } => {
-                // What the cluster may hold at most, not what it says it has.
-                let keys = usize::try_from(keys).map_or(self.max_keys, |k| k.min(self.max_keys));
-                self.lock().stores[r.index()].reserve(keys);
-                self.observer.on_event(ClusterEvent::Expect {
-                    cluster,
-                    resource: r,
-                    keys,
-                });
+        let mut inner = self.lock();
+        if let Event::Upsert { .. } = event {
+            // Values flow again: the stream is not failing (the set is empty but
+            // after a failure).
+            if !inner.failing.is_empty() {
+                inner.failing.remove(&StreamKey::Resource(r));
             }
-            Event::Upsert {
-                key,
-                value,
-                revision,
-            } => {
-                let mut inner = self.lock();
-                // Every value comes this way; the set is empty but after a failure.
-                if !inner.failing.is_empty() {
-                    inner.failing.remove(&StreamKey::Resource(r));
-                }
-                inner.healed();
-                if inner.stores[r.index()].unchanged_at(&key, revision) {
-                    return;
-                }
-                let held: usize = inner.stores.iter().map(Store::len).sum();
-                if held >= self.max_keys && !inner.stores[r.index()].contains(&key) {
-                    let error = format!(
-                        "{key}: cluster {cluster} already holds its limit of {} keys (--clustermesh-max-keys-per-cluster)",
-                        self.max_keys
-                    );
-                    return self.skip(inner, r, &key, error);
-                }
-                let owner = Owner {
-                    name: cluster,
-                    id: inner.id,
-                };
-                match decode(r, owner, prefix, &key, &value) {
-                    Ok(v) => {
-                        let (key, stored) = inner.stores[r.index()].upsert(
-                            &key,
-                            revision,
-                            Kept::of(&v, weft_sys::seeded::digest),
-                        );
-                        let cluster_id = inner.id;
-                        drop(inner);
-                        if let Stored::Changed { old } = stored {
-                            self.observer.on_event(ClusterEvent::Upsert {
-                                cluster,
-                                cluster_id,
-                                key: &key,
-                                value: &v,
-                                old: old.as_ref(),
-                            });
-                        }
-                    }
-                    Err(e) => self.skip(inner, r, &key, e.to_string()),
-                }
-            }
-            Event::TooLarge { key } => {
-                let error = format!("{key}: value too large to read (over the response limit)");
-                self.skip(self.lock(), r, &key, error);
-            }
-            Event::Delete { key } => {
-                let old = self.lock().stores[r.index()].remove(&key);
-                if let Some((key, old)) = old {
-                    self.observer.on_event(ClusterEvent::Delete {
-                        cluster,
-                        key: &key,
-                        old: &old,
-                    });
-                }
-            }
-            Event::Watching { .. } => self.stream_ok(StreamKey::Resource(r)),
-            Event::InitDone { .. } => {
-                let stale = self.lock().stores[r.index()].finish_listing();
-                self.emit_deletes(&stale);
-                if self.barriers[r.index()].release() {
-                    let after = u64::try_from(self.added.elapsed().as_millis()).unwrap_or(u64::MAX);
-                    self.lock().synced_after_ms[r.index()] = Some(after);
-                    tracing::info!(cluster, resource = %r, "initial list in: barrier released");
-                    self.callbacks.run(r, &self.info());
-                }
-            }
+            inner.healed();
         }
-    }
-
-    /// A value that is not accepted (malformed, too large, past the key limit): it is
-    /// skipped, named and counted, and what the key held before goes, since its
-    /// current value is unknown.
-    fn skip(&self, mut inner: MutexGuard<'_, Inner>, r: Resource, key: &str, error: String) {
-        if self.log_limit.allow() {
-            tracing::warn!(cluster = %self.name, resource = %r, %error, "skipping malformed value");
+        let owner = Owner {
+            name: cluster,
+            id: inner.id,
+        };
+        let change = inner.reflector.apply(r, owner, prefix, event);
+        if let Change::Refused { error, .. } = &change {
+            if self.log_limit.allow() {
+                tracing::warn!(cluster, resource = %r, %error, "skipping malformed value");
+            }
+            inner.malformed = inner.malformed.saturating_add(1);
+            inner.last_error = Some(error.clone());
         }
-        inner.malformed = inner.malformed.saturating_add(1);
-        inner.last_error = Some(error);
-        let old = inner.stores[r.index()].remove(key);
+        let cluster_id = inner.id;
         drop(inner);
-        if let Some((key, old)) = old {
-            self.observer.on_event(ClusterEvent::Delete {
-                cluster: &self.name,
-                key: &key,
-                old: &old,
-            });
-        }
-    }
-
-    fn emit_deletes(&self, gone: &[(Arc<str>, Kept)]) {
-        for (key, old) in gone {
-            self.observer.on_event(ClusterEvent::Delete {
-                cluster: &self.name,
-                key,
-                old,
-            });
+        change.tell(&*self.observer, cluster, cluster_id, r);
+        match change {
+            Change::Watching => self.stream_ok(StreamKey::Resource(r)),
+            Change::Listed { .. } if self.barriers[r.index()].release() => {
+                let after = u64::try_from(self.added.elapsed().as_millis()).unwrap_or(u64::MAX);
+                self.lock().synced_after_ms[r.index()] = Some(after);
+                tracing::info!(cluster, resource = %r, "initial list in: barrier released");
+                self.callbacks.run(r, &self.info());
+            }
+            _ => {}
         }
     }
 
     /// Removes all state, telling the observer about every key. Only for removal:
     /// stopping the agent drains nothing.
     pub fn drain(&self) {
-        let mut gone = Vec::new();
-        {
-            let mut inner = self.lock();
-            for store in &mut inner.stores {
-                gone.extend(store.drain());
-            }
-        }
-        self.emit_deletes(&gone);
+        let gone = self.lock().reflector.drain();
+        tell_deletes(&*self.observer, &self.name, &gone);
         for resource in Resource::ALL {
             self.observer.on_event(ClusterEvent::Expect {
                 cluster: &self.name,
@@ -313,7 +233,7 @@ impl RemoteCluster {
     }
 
     fn counts(inner: &Inner) -> Counts {
-        Counts::from_array(std::array::from_fn(|i| inner.stores[i].len()))
+        Counts::from_array(Resource::ALL.map(|r| inner.reflector.len(r)))
     }
 
     pub fn info(&self) -> ClusterInfo {

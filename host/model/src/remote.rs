@@ -128,6 +128,15 @@ pub enum ClusterEvent<'a> {
 pub trait Observer: Send + Sync + 'static {
     /// One change.
     fn on_event(&self, event: ClusterEvent<'_>);
+
+    /// A value of `cluster` was refused (malformed, too large, past the cluster's key
+    /// limit); `error` names its key. What the key held was withdrawn first, by a
+    /// [`ClusterEvent::Delete`]. The mesh counts a remote cluster's refusals in its
+    /// status, so an observer need not; this cluster's own kvstore has no status of
+    /// its own, and its observer counts them.
+    fn on_refused(&self, cluster: &str, error: &str) {
+        let _ = (cluster, error);
+    }
 }
 
 /// An observer that ignores everything.

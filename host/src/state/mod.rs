@@ -1,7 +1,3 @@
-//! The state stage (the `weft-state` crate), and the reflector of this cluster's own
-//! kvstore that feeds it.
+//! The state stage (the `weft-state` crate).
 
-mod local_kvstore;
-
-pub use local_kvstore::run_local_kvstore;
-pub use weft_state::{pair_fact, State, Totals};
+pub use weft_state::{pair_fact, LocalKvStore, State, Totals};

@@ -8,7 +8,8 @@
 //! Owns: [`ipcache`] (order-independent resolution of facts), [`identity`] (the cache
 //! of every known identity, local CIDR identities), [`node`] (the node manager),
 //! [`claims`] (what a remote cluster may speak for), [`policy`] (rules and their
-//! computation), and [`State`], which applies a remote cluster's changes to them.
+//! computation), [`State`], which applies a remote cluster's changes to them, and
+//! [`LocalKvStore`], which applies this cluster's own.
 //! Must not know: etcd (it reads no key: the mesh hands it decoded values in the words
 //! of `weft_model::remote`), the datapath, WireGuard, plugins or the agent.
 
@@ -18,6 +19,7 @@
 pub mod claims;
 pub mod identity;
 pub mod ipcache;
+mod local;
 pub mod node;
 pub mod policy;
 
@@ -33,6 +35,8 @@ use weft_model::remote::{ClusterEvent, Kept, Observer, Value};
 use weft_model::IpIdentityPair;
 use weft_model::Resource;
 use weft_sys::loglimit::LogLimit;
+
+pub use local::LocalKvStore;
 
 /// Identities, nodes and the ipcache of one agent.
 pub struct State {
@@ -130,8 +134,8 @@ impl State {
     }
 
     /// Counts a value the state refused (malformed, too large) and logs it,
-    /// rate limited; for readers outside this crate such as the local kvstore.
-    pub fn reject(&self, what: &dyn std::fmt::Display) {
+    /// rate limited.
+    pub(crate) fn reject(&self, what: &dyn std::fmt::Display) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
         if self.log_limit.allow() {
             tracing::warn!(error = %what, "state refused a value");
