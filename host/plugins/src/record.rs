@@ -311,6 +311,106 @@ mod tests {
         })
     }
 
+    /// One event of every hook, every field set: the recording's format, as written by
+    /// earlier builds, which `weftd plugin test` must keep reading.
+    fn every_hook() -> Vec<Event> {
+        use crate::{
+            ClusterSync, Endpoint, EndpointKind, PeerGcVerdict, RegenerationReason, RestoredPeer,
+        };
+        let sync = ClusterSync {
+            name: "c2".into(),
+            connected: true,
+            nodes_synced: true,
+            ipcache_synced: false,
+            identities_synced: true,
+            services_synced: false,
+        };
+        let at = |input| Event {
+            at_ms: 1_700_000_000_000,
+            ..Event::now(input)
+        };
+        let mut regeneration = at(HookInput::RegenerationPolicy {
+            request: RegenerationRequest {
+                endpoint: Endpoint {
+                    kind: EndpointKind::Workload,
+                    identity: 70_000,
+                    namespace: "shop".into(),
+                    name: "web-0".into(),
+                    labels: vec!["k8s:app=web".into()],
+                },
+                reason: RegenerationReason::IdentityChange,
+                ipsec: false,
+                wireguard: true,
+                default_timeout_ms: 120_000,
+                clusters: vec![sync.clone()],
+            },
+        });
+        regeneration.mesh = vec![sync.clone()];
+        let wait = Verdict::Wait {
+            timeout: std::time::Duration::from_millis(2_500),
+            barriers: vec![Resource::IpCache, Resource::Identities],
+            clusters: vec!["c2".into()],
+        };
+        regeneration.answers = vec![
+            Answered {
+                plugin: "vendor".into(),
+                version: "1.2.0".into(),
+                digest: "ab12".into(),
+                shadow: false,
+                said: Said::Regeneration(wait.clone()),
+            },
+            Answered {
+                plugin: "next".into(),
+                version: "2.0.0".into(),
+                digest: "cd34".into(),
+                shadow: true,
+                said: Said::Failed("deadline".into()),
+            },
+        ];
+        regeneration.decided = Some((Said::Regeneration(wait), Some("vendor".into())));
+        let mut peer_gc = at(HookInput::PeerGcPolicy {
+            request: PeerGcRequest {
+                peers: vec![RestoredPeer {
+                    public_key: "AAAA".into(),
+                    allowed_ips: vec!["10.2.0.0/24".into()],
+                }],
+                clusters: vec![sync],
+            },
+        });
+        peer_gc.decided = Some((
+            Said::PeerGc(PeerGcVerdict::Hold(std::time::Duration::from_secs(3))),
+            None,
+        ));
+        let mut disconnected = synced("c3");
+        disconnected.at_ms = 1_700_000_000_001;
+        disconnected.input = HookInput::ClusterDisconnected {
+            cluster: match disconnected.input {
+                HookInput::Synced { cluster, .. } => cluster,
+                _ => unreachable!(),
+            },
+        };
+        let mut synced = synced("c4");
+        synced.at_ms = 1_700_000_000_002;
+        vec![regeneration, peer_gc, disconnected, synced]
+    }
+
+    #[test]
+    fn the_recording_format_is_pinned() {
+        let golden = include_str!("../testdata/recording-0.2.0.jsonl");
+        let events = every_hook();
+        let written: Vec<String> = events
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect();
+        let golden: Vec<&str> = golden.lines().collect();
+        assert_eq!(written, golden, "the recording's JSON changed");
+        let read: Vec<Event> = golden
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(read, events, "the pinned lines read back as the events");
+    }
+
     #[test]
     fn a_recording_rotates_within_its_bound_and_reads_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
