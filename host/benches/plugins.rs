@@ -7,10 +7,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weft::hooks::{ClusterSync, Endpoint, EndpointKind, RegenerationReason, RegenerationRequest};
+use weft::plugins::wit::{Barrier, Decision, Wait};
 use weft::plugins::{
-    digest_hex, enforce, Barrier, ClusterSync, CompileCache, Config, Decision, Endpoint,
-    EndpointKind, Isolation, LoadedPlugin, PluginHost, PluginSet, Recorder, RegenerationReason,
-    RegenerationRequest, Runtime, Wait,
+    digest_hex, enforce, CompileCache, Config, Isolation, LoadedPlugin, PluginHost, PluginSet,
+    Recorder, Runtime,
 };
 
 const CALLS: usize = 200_000;

@@ -525,7 +525,7 @@ async fn regenerate_host_endpoint(
 ) {
     let outcome = regenerate(
         regeneration::host_endpoint(),
-        plugins::RegenerationReason::Restore,
+        crate::hooks::RegenerationReason::Restore,
         Box::new(|_, _| {}),
     )
     .await;
@@ -745,10 +745,10 @@ impl GarbageGate {
         if garbage.is_empty() {
             return;
         }
-        let request = plugins::PeerGcRequest {
+        let request = crate::hooks::PeerGcRequest {
             peers: garbage
                 .into_iter()
-                .map(|(public_key, allowed_ips)| plugins::RestoredPeer {
+                .map(|(public_key, allowed_ips)| crate::hooks::RestoredPeer {
                     public_key,
                     allowed_ips,
                 })
@@ -762,7 +762,7 @@ impl GarbageGate {
         };
         let answer = self.plugins.peer_gc_policy(request).await;
         let decided_by = answer.decided_by.as_deref().unwrap_or("built-in default");
-        if let plugins::PeerGcVerdict::Hold(hold) = answer.verdict {
+        if let crate::hooks::PeerGcVerdict::Hold(hold) = answer.verdict {
             tracing::info!(
                 decided_by,
                 ?hold,
@@ -839,7 +839,7 @@ fn endpoint_regeneration(
             }
             let _ = loaded.wait_for(|l| *l).await;
             let waiter = match endpoint.kind {
-                plugins::EndpointKind::Host => Waiter::HostEndpoint,
+                crate::hooks::EndpointKind::Host => Waiter::HostEndpoint,
                 _ => Waiter::Endpoint,
             };
             let outcome =

@@ -2,14 +2,15 @@
 //! asked, bounded by the host, then carried out on the mesh's barriers.
 
 use crate::clustermesh::{ClusterMesh, ClusterStatus, SyncReport, SyncTimeout};
-use crate::identity::Reserved;
-use crate::plugins::{
-    Answer, ClusterSync, EndpointKind, PluginHost, RegenerationReason, RegenerationRequest, Verdict,
+use crate::hooks::{
+    Answer, ClusterSync, EndpointKind, RegenerationPolicy, RegenerationReason, RegenerationRequest,
+    Verdict,
 };
+use crate::identity::Reserved;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub use crate::plugins::Endpoint;
+pub use crate::hooks::Endpoint;
 
 /// The host endpoint, as the policy sees it: the reserved `host` identity and its
 /// label, no namespace or name.
@@ -64,7 +65,7 @@ pub fn cluster_sync(s: &ClusterStatus) -> ClusterSync {
 /// `on_wait` learns what it waits for before it waits.
 pub async fn wait_for_regeneration(
     mesh: &ClusterMesh,
-    plugins: &PluginHost,
+    plugins: &impl RegenerationPolicy,
     config: RegenerationConfig,
     endpoint: Endpoint,
     reason: RegenerationReason,

@@ -369,8 +369,8 @@ fn text() -> impl Strategy<Value = String> {
     ]
 }
 
-fn cluster_sync() -> impl Strategy<Value = weft::plugins::ClusterSync> {
-    (text(), any::<[bool; 5]>()).prop_map(|(name, b)| weft::plugins::ClusterSync {
+fn cluster_sync() -> impl Strategy<Value = weft::hooks::ClusterSync> {
+    (text(), any::<[bool; 5]>()).prop_map(|(name, b)| weft::hooks::ClusterSync {
         name,
         connected: b[0],
         nodes_synced: b[1],
@@ -380,8 +380,8 @@ fn cluster_sync() -> impl Strategy<Value = weft::plugins::ClusterSync> {
     })
 }
 
-fn regeneration_request() -> impl Strategy<Value = weft::plugins::RegenerationRequest> {
-    use weft::plugins::{Endpoint, EndpointKind, RegenerationReason, RegenerationRequest};
+fn regeneration_request() -> impl Strategy<Value = weft::hooks::RegenerationRequest> {
+    use weft::hooks::{Endpoint, EndpointKind, RegenerationReason, RegenerationRequest};
     let endpoint = (
         prop::bool::ANY,
         any::<u32>(),
@@ -427,10 +427,10 @@ fn regeneration_request() -> impl Strategy<Value = weft::plugins::RegenerationRe
         )
 }
 
-fn peer_gc_request() -> impl Strategy<Value = weft::plugins::PeerGcRequest> {
+fn peer_gc_request() -> impl Strategy<Value = weft::hooks::PeerGcRequest> {
     let peer =
         (text(), prop::collection::vec(text(), 0..8)).prop_map(|(public_key, allowed_ips)| {
-            weft::plugins::RestoredPeer {
+            weft::hooks::RestoredPeer {
                 public_key,
                 allowed_ips,
             }
@@ -439,15 +439,15 @@ fn peer_gc_request() -> impl Strategy<Value = weft::plugins::PeerGcRequest> {
         prop::collection::vec(peer, 0..8),
         prop::collection::vec(cluster_sync(), 0..8),
     )
-        .prop_map(|(peers, clusters)| weft::plugins::PeerGcRequest { peers, clusters })
+        .prop_map(|(peers, clusters)| weft::hooks::PeerGcRequest { peers, clusters })
 }
 
-fn sync_cluster() -> impl Strategy<Value = weft::plugins::Cluster> {
-    (text(), any::<Option<u32>>(), any::<[u32; 4]>()).prop_map(|(name, id, c)| {
-        weft::plugins::Cluster {
+fn sync_cluster() -> impl Strategy<Value = weft::hooks::ClusterInfo> {
+    (text(), any::<Option<u32>>(), any::<[usize; 4]>()).prop_map(|(name, id, c)| {
+        weft::hooks::ClusterInfo {
             name,
             id,
-            counts: weft::plugins::ResourceCounts {
+            counts: weft::hooks::Counts {
                 nodes: c[0],
                 ipcache: c[1],
                 identities: c[2],
@@ -460,7 +460,9 @@ fn sync_cluster() -> impl Strategy<Value = weft::plugins::Cluster> {
 #[test]
 fn the_shipped_plugins_answer_any_hook_input_within_the_contract() {
     use weft::clustermesh::Resource;
-    use weft::plugins::{enforce, Decision, Runtime, Verdict};
+    use weft::hooks::Verdict;
+    use weft::plugins::wit::Decision;
+    use weft::plugins::{enforce, Runtime};
     // The deadline is the host's bound on time, tested elsewhere; here a call that runs
     // out of it on a loaded machine would hide what the input did.
     let rt = Runtime::new(weft::plugins::Config {

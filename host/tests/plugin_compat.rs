@@ -9,11 +9,11 @@ use support::cluster_sync as sync;
 use std::sync::Arc;
 use std::time::Duration;
 use weft::clustermesh::Resource;
-use weft::plugins::{
-    Cluster, ClusterSync, Config, EndpointKind, Isolation, LoadedPlugin, MeshView, PeerGcRequest,
-    PeerGcVerdict, PluginHost, PluginSet, RegenerationReason, ResourceCounts, RestoredPeer,
-    Runtime, Verdict,
+use weft::hooks::{
+    ClusterInfo, ClusterSync, Counts, EndpointKind, PeerGcRequest, PeerGcVerdict,
+    RegenerationReason, RestoredPeer, Verdict,
 };
+use weft::plugins::{Config, Isolation, LoadedPlugin, MeshView, PluginHost, PluginSet, Runtime};
 
 fn mesh(clusters: Vec<ClusterSync>) -> MeshView {
     Arc::new(move || clusters.clone())
@@ -24,11 +24,11 @@ fn component(rt: &Runtime, file: &str) -> wasmtime::component::Component {
         .unwrap()
 }
 
-fn cluster(name: &str) -> Cluster {
-    Cluster {
+fn cluster(name: &str) -> ClusterInfo {
+    ClusterInfo {
         name: name.into(),
         id: Some(2),
-        counts: ResourceCounts {
+        counts: Counts {
             nodes: 1,
             ipcache: 2,
             identities: 3,
@@ -83,7 +83,7 @@ fn a_0_1_0_plugin_keeps_working_through_the_adapter() {
     };
     assert_eq!(
         plugin.peer_gc_policy(&gc).unwrap(),
-        weft::plugins::PeerGcDecision::NoOpinion
+        weft::plugins::wit::PeerGcDecision::NoOpinion
     );
 
     // Its config still picks its barriers.

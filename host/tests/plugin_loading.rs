@@ -6,9 +6,10 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use weft::hooks::{EndpointKind, RegenerationRequest, Verdict};
 use weft::plugins::{
-    seal, CacheOutcome, CompileCache, Config, EndpointKind, Isolation, Loader, PluginDir,
-    PluginHost, PluginsReport, RegenerationRequest, Runtime, TrustPolicy, Verdict,
+    seal, CacheOutcome, CompileCache, Config, Isolation, Loader, PluginDir, PluginHost,
+    PluginsReport, Runtime, TrustPolicy,
 };
 
 /// A plugin directory followed into a plugin host.
@@ -86,12 +87,12 @@ fn put_manifest(
     path
 }
 
-fn request(clusters: Vec<weft::plugins::ClusterSync>) -> RegenerationRequest {
+fn request(clusters: Vec<weft::hooks::ClusterSync>) -> RegenerationRequest {
     support::request(EndpointKind::Workload, false, clusters)
 }
 
-fn pending(name: &str) -> weft::plugins::ClusterSync {
-    weft::plugins::ClusterSync {
+fn pending(name: &str) -> weft::hooks::ClusterSync {
+    weft::hooks::ClusterSync {
         name: name.into(),
         connected: true,
         nodes_synced: false,

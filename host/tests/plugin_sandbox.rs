@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft::clustermesh::Resource;
+use weft::hooks::{ClusterInfo, ClusterSync, Counts, EndpointKind, RegenerationRequest};
 use weft::plugins::{
-    CallError, Cluster, ClusterSync, Config, EndpointKind, Error, Isolation, LoadedPlugin,
-    MeshView, PluginHost, PluginSet, RegenerationRequest, ResourceCounts, Runtime,
+    CallError, Config, Error, Isolation, LoadedPlugin, MeshView, PluginHost, PluginSet, Runtime,
 };
 
 /// Far below the rogue plugins' 30 s, far above any bound they should meet.
@@ -34,11 +34,11 @@ fn request() -> RegenerationRequest {
     support::request(EndpointKind::Host, false, vec![])
 }
 
-fn cluster(name: &str) -> Cluster {
-    Cluster {
+fn cluster(name: &str) -> ClusterInfo {
+    ClusterInfo {
         name: name.into(),
         id: Some(2),
-        counts: ResourceCounts {
+        counts: Counts {
             nodes: 1,
             ipcache: 1,
             identities: 1,

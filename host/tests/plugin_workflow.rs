@@ -7,9 +7,10 @@ use support::cluster_sync as sync;
 
 use std::sync::Arc;
 use std::time::Duration;
+use weft::hooks::{EndpointKind, Verdict};
 use weft::plugins::{
-    read_recording, replay, Config, EndpointKind, HookInput, Isolation, LoadedPlugin, MeshView,
-    PluginHost, Recorder, Runtime, Said, Verdict,
+    read_recording, replay, Config, HookInput, Isolation, LoadedPlugin, MeshView, PluginHost,
+    Recorder, Runtime, Said,
 };
 
 fn plugin(rt: &Runtime, name: &str, file: &str, config: &str, shadow: bool) -> LoadedPlugin {

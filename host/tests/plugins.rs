@@ -4,10 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 use weft::clustermesh::Resource;
+use weft::hooks::{
+    ClusterInfo, Counts, EndpointKind, PeerGcRequest, PeerGcVerdict, RegenerationRequest,
+    RestoredPeer, Verdict,
+};
+use weft::plugins::wit::{Barrier, Decision, Wait};
 use weft::plugins::{
-    enforce, enforce_peer_gc, Barrier, CallError, Cluster, Config, Decision, EndpointKind,
-    Isolation, LoadedPlugin, PeerGcRequest, PeerGcVerdict, PluginSet, RegenerationRequest,
-    ResourceCounts, RestoredPeer, Runtime, Verdict, Violation, Wait,
+    enforce, enforce_peer_gc, CallError, Config, Isolation, LoadedPlugin, PluginSet, Runtime,
+    Violation,
 };
 
 mod support;
@@ -85,7 +89,7 @@ fn the_shipped_regeneration_policy_follows_the_established_defaults() {
     );
     assert_eq!(
         verdict,
-        weft::plugins::default_verdict(true, true, Duration::from_secs(60))
+        weft::hooks::default_verdict(true, true, Duration::from_secs(60))
     );
 }
 
@@ -295,7 +299,7 @@ fn failures_are_answered_by_the_default_and_quarantined_with_back_off() {
     ))
     .unwrap();
     let req = request(EndpointKind::Host, true);
-    let default = weft::plugins::default_verdict(true, true, Duration::from_secs(60));
+    let default = weft::hooks::default_verdict(true, true, Duration::from_secs(60));
     let spin = |set: &PluginSet, at| {
         set.statuses_at(at)
             .into_iter()
@@ -346,10 +350,10 @@ fn sync_events_logs_and_counts_every_hook() {
     let mut set = PluginSet::new(rt.clone(), no_mesh(), Isolation::default());
     set.insert(loaded(&rt, "sync-events", "sync_events", 0, ""))
         .unwrap();
-    let cluster = Cluster {
+    let cluster = ClusterInfo {
         name: "c2".into(),
         id: Some(2),
-        counts: ResourceCounts {
+        counts: Counts {
             nodes: 1,
             ipcache: 2,
             identities: 3,

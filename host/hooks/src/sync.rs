@@ -4,7 +4,7 @@ use crate::{Counts, Resource};
 use std::sync::Arc;
 
 /// What a "synced" callback learns about the cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ClusterInfo {
     /// The cluster's name.
     pub name: String,

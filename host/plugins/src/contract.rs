@@ -1,28 +1,10 @@
 //! The host's side of each hook's contract: a plugin's answer is checked and bounded
-//! before the agent acts on it, so no plugin can make the agent wait for ever.
+//! before the agent acts on it, so no plugin can make the agent wait for ever. The
+//! answers ([`Verdict`], [`PeerGcVerdict`]) are weft-hooks' plain types.
 
 use super::bindings::weft::plugin::types::{Barrier, Decision, PeerGcDecision, Wait};
 use std::time::Duration;
-use weft_hooks::Resource;
-
-/// What the agent does after a regeneration-policy call.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    /// Wait at most `timeout` for `barriers` of every remote cluster.
-    Wait {
-        /// The bounded wait.
-        timeout: Duration,
-        /// The barriers to wait for.
-        barriers: Vec<Resource>,
-        /// The remote clusters to wait for; empty means all.
-        clusters: Vec<String>,
-    },
-    /// Do not wait.
-    Proceed,
-    /// The plugin has no opinion: ask the next one.
-    NoOpinion,
-}
+use weft_hooks::{PeerGcVerdict, Resource, Verdict};
 
 /// A decision the host refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,18 +45,6 @@ pub fn enforce(decision: Decision, max_wait: Duration) -> Verdict {
     }
 }
 
-/// What the agent does with restored WireGuard peers no one claims.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PeerGcVerdict {
-    /// Keep them this much longer, then remove them.
-    Hold(Duration),
-    /// Remove them now.
-    Collect,
-    /// Ask the next plugin.
-    NoOpinion,
-}
-
 /// Bounds a peer-gc decision: a hold is clamped to `max_wait`, like a regeneration
 /// wait, so no plugin keeps stale peers for ever.
 pub fn enforce_peer_gc(decision: PeerGcDecision, max_wait: Duration) -> PeerGcVerdict {
@@ -82,22 +52,6 @@ pub fn enforce_peer_gc(decision: PeerGcDecision, max_wait: Duration) -> PeerGcVe
         PeerGcDecision::Hold(ms) => PeerGcVerdict::Hold(Duration::from_millis(ms).min(max_wait)),
         PeerGcDecision::Collect => PeerGcVerdict::Collect,
         PeerGcDecision::NoOpinion => PeerGcVerdict::NoOpinion,
-    }
-}
-
-/// The built-in default, used when no plugin has an opinion or a plugin failed: the
-/// established agent's rule (ipcache and identities, up to `default_timeout`; the host
-/// endpoint with IPsec at most 5 seconds).
-pub fn default_verdict(host_endpoint: bool, ipsec: bool, default_timeout: Duration) -> Verdict {
-    let cap = if host_endpoint && ipsec {
-        Duration::from_secs(5)
-    } else {
-        Duration::MAX
-    };
-    Verdict::Wait {
-        timeout: default_timeout.min(cap),
-        barriers: vec![Resource::IpCache, Resource::Identities],
-        clusters: vec![],
     }
 }
 

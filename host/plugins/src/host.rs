@@ -12,20 +12,22 @@
 //! and their answers are compared off the question's path. With a [`Recorder`], every
 //! hook's input and every answer is recorded for `weftd plugin test`.
 
-use super::contract::PeerGcVerdict;
 use super::record::{Answered, Event, HookInput, Recorder, Said};
-use super::set::{by_priority, step, Answer, Opinion, Step};
+use super::set::{by_priority, step, Opinion, Step};
 use super::shadow::{Shadow, ShadowStatus};
 use super::slot::{Context, Isolation, LoadedPlugin, Outcome, PluginStatus};
 use super::worker::{Job, Start, Worker};
-use super::{Cluster, Error, MeshView, PeerGcRequest, RegenerationRequest, Runtime};
+use super::{Error, MeshView, Runtime};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use weft_hooks::{ClusterInfo, Resource, SyncCallbacks};
+use weft_hooks::{
+    Answer, ClusterInfo, PeerGcPolicy, PeerGcRequest, PeerGcVerdict, RegenerationPolicy,
+    RegenerationRequest, Resource, SyncCallbacks,
+};
 
 /// A manifest the plugin directory holds but that is not loaded as it stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,7 +86,7 @@ struct State {
     shadows: Vec<Arc<Shadow>>,
     /// The "synced" hooks so far per cluster, replayed to a plugin loaded later:
     /// every plugin learns of every synced cluster once.
-    history: BTreeMap<String, Vec<(Resource, Cluster)>>,
+    history: BTreeMap<String, Vec<(Resource, ClusterInfo)>>,
     /// The loader's part of the report, and the stalls.
     report: PluginsReport,
 }
@@ -151,7 +153,7 @@ impl PluginHost {
     }
 
     /// Queues the "synced" hook of `resource` for `cluster` to every plugin and shadow.
-    pub fn synced(&self, resource: Resource, cluster: Cluster) {
+    pub fn synced(&self, resource: Resource, cluster: ClusterInfo) {
         self.record(|| {
             Event::now(HookInput::Synced {
                 resource,
@@ -167,7 +169,7 @@ impl PluginHost {
     }
 
     /// Queues the "cluster disconnected" hook to every plugin and shadow.
-    pub fn disconnected(&self, cluster: Cluster) {
+    pub fn disconnected(&self, cluster: ClusterInfo) {
         self.record(|| {
             Event::now(HookInput::ClusterDisconnected {
                 cluster: cluster.clone(),
@@ -411,10 +413,22 @@ impl PluginHost {
         let mut callbacks = SyncCallbacks::default();
         for resource in Resource::ALL {
             let host = self.clone();
-            callbacks = callbacks.on(resource, move |r, info| host.synced(r, cluster(info)));
+            callbacks = callbacks.on(resource, move |r, info| host.synced(r, info.clone()));
         }
         let host = self.clone();
-        callbacks.on_disconnected(move |info| host.disconnected(cluster(info)))
+        callbacks.on_disconnected(move |info| host.disconnected(info.clone()))
+    }
+}
+
+impl RegenerationPolicy for PluginHost {
+    async fn regeneration_policy(&self, request: RegenerationRequest) -> Answer {
+        PluginHost::regeneration_policy(self, request).await
+    }
+}
+
+impl PeerGcPolicy for PluginHost {
+    async fn peer_gc_policy(&self, request: PeerGcRequest) -> Answer<PeerGcVerdict> {
+        PluginHost::peer_gc_policy(self, request).await
     }
 }
 
@@ -522,20 +536,5 @@ fn answered(plugin: &LoadedPlugin, shadow: bool, said: Said) -> Answered {
         digest: plugin.digest.clone(),
         shadow,
         said,
-    }
-}
-
-/// A cluster as the hooks see it.
-pub fn cluster(info: &ClusterInfo) -> Cluster {
-    let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
-    Cluster {
-        name: info.name.clone(),
-        id: info.id,
-        counts: super::ResourceCounts {
-            nodes: n(info.counts.nodes),
-            ipcache: n(info.counts.ipcache),
-            identities: n(info.counts.identities),
-            services: n(info.counts.services),
-        },
     }
 }

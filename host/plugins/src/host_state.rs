@@ -23,7 +23,7 @@ pub(crate) fn ticks(d: Duration) -> u64 {
 }
 
 /// The mesh view a plugin can read.
-pub type MeshView = Arc<dyn Fn() -> Vec<types::ClusterSync> + Send + Sync>;
+pub type MeshView = Arc<dyn Fn() -> Vec<weft_hooks::ClusterSync> + Send + Sync>;
 
 /// What one plugin instance may make the host hold or do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,7 +236,7 @@ impl metrics::Host for HostState {
 
 impl mesh::Host for HostState {
     fn status(&mut self) -> wasmtime::Result<Vec<types::ClusterSync>> {
-        Ok((self.mesh)())
+        Ok((self.mesh)().into_iter().map(Into::into).collect())
     }
 }
 

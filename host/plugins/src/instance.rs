@@ -2,16 +2,14 @@
 //! component instance, a deadline per call; and how a call can fail.
 
 use super::bindings::v0_1;
-use super::bindings::weft::plugin::types::{
-    Cluster, Decision, PeerGcDecision, PeerGcRequest, RegenerationRequest,
-};
+use super::bindings::weft::plugin::types::{self as wit, Decision, PeerGcDecision};
 use super::bindings::Plugin as Current;
 use super::contract::Violation;
 use super::host_state::{ticks, HostState, LimitExceeded};
 use super::wasi::BlockedPastDeadline;
 use std::time::Duration;
 use wasmtime::Store;
-use weft_hooks::Resource;
+use weft_hooks::{ClusterInfo, PeerGcRequest, RegenerationRequest, Resource};
 
 /// How one call failed. The instance that failed is not used again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -166,7 +164,7 @@ impl Instance {
         match &self.hooks {
             Hooks::Current(b) => b
                 .weft_plugin_hooks()
-                .call_regeneration_policy(store, request)
+                .call_regeneration_policy(store, &request.into())
                 .map_err(failed),
             Hooks::V0_1(b) => {
                 let old = super::v0_1::request(request);
@@ -188,7 +186,7 @@ impl Instance {
         match &self.hooks {
             Hooks::Current(b) => b
                 .weft_plugin_hooks()
-                .call_peer_gc_policy(&mut self.store, request)
+                .call_peer_gc_policy(&mut self.store, &request.into())
                 .map_err(failed),
             Hooks::V0_1(_) => Ok(PeerGcDecision::NoOpinion),
         }
@@ -198,12 +196,16 @@ impl Instance {
     ///
     /// # Errors
     /// [`CallError`] when the call trapped, ran out of time or memory.
-    pub fn on_synced(&mut self, resource: Resource, cluster: &Cluster) -> Result<(), CallError> {
+    pub fn on_synced(
+        &mut self,
+        resource: Resource,
+        cluster: &ClusterInfo,
+    ) -> Result<(), CallError> {
         self.prepare();
         let store = &mut self.store;
         match &self.hooks {
             Hooks::Current(b) => {
-                let h = b.weft_plugin_hooks();
+                let (h, cluster) = (b.weft_plugin_hooks(), &wit::Cluster::from(cluster));
                 match resource {
                     Resource::Nodes => h.call_on_nodes_synced(store, cluster),
                     Resource::IpCache => h.call_on_ipcache_synced(store, cluster),
@@ -228,13 +230,13 @@ impl Instance {
     ///
     /// # Errors
     /// [`CallError`] when the call trapped, ran out of time or memory.
-    pub fn on_cluster_disconnected(&mut self, cluster: &Cluster) -> Result<(), CallError> {
+    pub fn on_cluster_disconnected(&mut self, cluster: &ClusterInfo) -> Result<(), CallError> {
         self.prepare();
         let store = &mut self.store;
         match &self.hooks {
             Hooks::Current(b) => b
                 .weft_plugin_hooks()
-                .call_on_cluster_disconnected(store, cluster),
+                .call_on_cluster_disconnected(store, &cluster.into()),
             Hooks::V0_1(b) => b
                 .weft_plugin_hooks()
                 .call_on_cluster_disconnected(store, &super::v0_1::cluster(cluster)),

@@ -11,8 +11,9 @@
 //! compile cache, record/replay, shadows, and the vendor's tool ([`tool`]: scaffold,
 //! build, sign, verify, test against a recording).
 //! Must not know: etcd, the datapath, WireGuard or the agent. It sees the mesh only
-//! through [`MeshView`] and the hook types of `weft-hooks`; the WIT-generated types
-//! are its own.
+//! through [`MeshView`] and the hook types of `weft-hooks`, which it takes and
+//! answers in; the WIT-generated types are its own, converted at the call (`convert`),
+//! and shown only as [`wit`]: a plugin's raw answer, before the host bounds it.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -22,6 +23,7 @@ pub mod tool;
 mod bindings;
 mod cache;
 mod contract;
+mod convert;
 mod directory;
 mod host;
 mod host_state;
@@ -39,15 +41,17 @@ mod v0_1;
 mod wasi;
 mod worker;
 
-pub use bindings::weft::plugin::types::{
-    Barrier, Cluster, ClusterSync, Decision, Endpoint, EndpointKind, PeerGcDecision, PeerGcRequest,
-    RegenerationReason, RegenerationRequest, ResourceCounts, RestoredPeer, Wait,
-};
+/// The WIT contract's answers as a plugin gives them, before [`enforce`] bounds them
+/// (for tools and tests that drive [`Instance`] directly).
+pub mod wit {
+    pub use crate::bindings::weft::plugin::types::{Barrier, Decision, PeerGcDecision, Wait};
+}
+
 pub use bindings::VERSION as WIT_VERSION;
 pub use cache::{CacheOutcome, CompileCache};
-pub use contract::{default_verdict, enforce, enforce_peer_gc, PeerGcVerdict, Verdict, Violation};
+pub use contract::{enforce, enforce_peer_gc, Violation};
 pub use directory::{Changes, PluginDir};
-pub use host::{cluster, PluginHost, PluginsReport, RecordingStatus, Refusal};
+pub use host::{PluginHost, PluginsReport, RecordingStatus, Refusal};
 pub use host_state::{Bounds, LimitExceeded, MeshView};
 pub use instance::{CallError, Instance};
 pub use loader::{read_package, Loader, Read, MAX_COMPONENT_BYTES};
@@ -57,7 +61,7 @@ pub use manifest::{
 pub use record::{read_recording, Answered, Event, HookInput, Recorder, Said};
 pub use replay::{replay, Difference, ReplayReport};
 pub use runtime::{Prepared, Runtime};
-pub use set::{Answer, PluginSet};
+pub use set::PluginSet;
 pub use shadow::{Disagreement, ShadowStatus};
 pub use slot::{Isolation, LoadedPlugin, Outcome, PluginStatus, Record, FAILURE_CAUSES};
 pub use trust::{TrustPolicy, TrustedKey};

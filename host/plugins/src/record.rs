@@ -6,14 +6,15 @@
 //! the limit. Written by a thread of its own behind a bounded queue: a hook never
 //! waits on the disk; what does not fit in the queue is dropped and counted.
 
-use super::contract::{PeerGcVerdict, Verdict};
-use super::{Cluster, ClusterSync, Error, PeerGcRequest, RegenerationRequest};
+use super::Error;
 use serde::{Deserialize, Serialize};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use weft_hooks::Resource;
+use weft_hooks::{
+    ClusterInfo, ClusterSync, PeerGcRequest, PeerGcVerdict, RegenerationRequest, Resource, Verdict,
+};
 
 /// Events the writer may hold before new ones are dropped.
 const QUEUE: usize = 1_024;
@@ -27,12 +28,12 @@ pub enum HookInput {
         /// Which resource.
         resource: Resource,
         /// The cluster.
-        cluster: Cluster,
+        cluster: ClusterInfo,
     },
     /// The "cluster disconnected" hook.
     ClusterDisconnected {
         /// The cluster.
-        cluster: Cluster,
+        cluster: ClusterInfo,
     },
     /// The regeneration-policy hook.
     RegenerationPolicy {
@@ -293,15 +294,15 @@ pub fn read_recording(dir: &Path) -> Result<Vec<Event>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ResourceCounts;
+    use weft_hooks::Counts;
 
     fn synced(name: &str) -> Event {
         Event::now(HookInput::Synced {
             resource: Resource::Nodes,
-            cluster: Cluster {
+            cluster: ClusterInfo {
                 name: name.into(),
                 id: Some(2),
-                counts: ResourceCounts {
+                counts: Counts {
                     nodes: 1,
                     ipcache: 0,
                     identities: 0,
@@ -314,9 +315,7 @@ mod tests {
     /// One event of every hook, every field set: the recording's format, as written by
     /// earlier builds, which `weftd plugin test` must keep reading.
     fn every_hook() -> Vec<Event> {
-        use crate::{
-            ClusterSync, Endpoint, EndpointKind, PeerGcVerdict, RegenerationReason, RestoredPeer,
-        };
+        use weft_hooks::{Endpoint, EndpointKind, RegenerationReason, RestoredPeer};
         let sync = ClusterSync {
             name: "c2".into(),
             connected: true,

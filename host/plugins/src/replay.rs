@@ -6,13 +6,13 @@
 //! with what the plugin of the same name answered when recorded, or, when it was not
 //! asked then, with what the agent did.
 
-use super::contract::{PeerGcVerdict, Verdict};
 use super::record::{Event, HookInput, Said};
 use super::slot::{Context, Isolation, LoadedPlugin, Slot};
-use super::{ClusterSync, Error, MeshView, Runtime};
+use super::{Error, MeshView, Runtime};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weft_hooks::{ClusterSync, PeerGcVerdict, Verdict};
 
 /// A recorded question the build answers differently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -6,39 +6,18 @@
 //! - plugins run in priority order, highest first (ties by name);
 //! - "synced" hooks go to every plugin;
 //! - for the policy hook, the first plugin with an opinion decides; with none, the
-//!   built-in default ([`default_verdict`]) decides; a plugin whose call fails makes
+//!   built-in default ([`weft_hooks::default_verdict`]) decides; a plugin whose call fails makes
 //!   the built-in default answer.
 
-use super::contract::{default_verdict, PeerGcVerdict, Verdict};
 use super::host_state::MeshView;
 use super::record::Said;
 use super::runtime::Runtime;
 use super::slot::{Context, Isolation, LoadedPlugin, Outcome, PluginStatus, Slot};
-use super::{Cluster, EndpointKind, PeerGcRequest, RegenerationRequest};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use weft_hooks::Resource;
-
-/// How a policy question was answered: a regeneration [`Verdict`], or a
-/// [`PeerGcVerdict`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer<V = Verdict> {
-    /// What the agent does.
-    pub verdict: V,
-    /// The plugin that decided, `None` for the built-in default.
-    pub decided_by: Option<String>,
-}
-
-impl Answer<PeerGcVerdict> {
-    /// The built-in default for restored peers: collect them (the agent has already
-    /// waited for the remote nodes and ipcache entries).
-    pub fn default_peer_gc() -> Self {
-        Answer {
-            verdict: PeerGcVerdict::Collect,
-            decided_by: None,
-        }
-    }
-}
+use std::time::Instant;
+use weft_hooks::{
+    Answer, ClusterInfo, PeerGcRequest, PeerGcVerdict, RegenerationRequest, Resource, Verdict,
+};
 
 /// A verdict that can mean "ask the next plugin".
 pub(crate) trait Opinion: Send + 'static {
@@ -63,20 +42,6 @@ impl Opinion for PeerGcVerdict {
     }
     fn said(&self) -> Said {
         Said::PeerGc(*self)
-    }
-}
-
-impl Answer {
-    /// The built-in default's answer to `request` ([`default_verdict`]).
-    pub fn default_for(request: &RegenerationRequest) -> Self {
-        Answer {
-            verdict: default_verdict(
-                request.endpoint.kind == EndpointKind::Host,
-                request.ipsec,
-                Duration::from_millis(request.default_timeout_ms),
-            ),
-            decided_by: None,
-        }
     }
 }
 
@@ -184,20 +149,20 @@ impl PluginSet {
         Answer::default_peer_gc()
     }
 
-    /// The built-in default's answer to `request` ([`default_verdict`]).
+    /// The built-in default's answer to `request` ([`weft_hooks::default_verdict`]).
     pub fn default_answer(request: &RegenerationRequest) -> Answer {
         Answer::default_for(request)
     }
 
     /// Calls the "synced" hook of `resource` on every plugin.
-    pub fn on_synced(&mut self, resource: Resource, cluster: &Cluster) {
+    pub fn on_synced(&mut self, resource: Resource, cluster: &ClusterInfo) {
         for slot in &mut self.slots {
             slot.on_synced(&self.cx, resource, cluster);
         }
     }
 
     /// Calls the "cluster disconnected" hook on every plugin.
-    pub fn on_cluster_disconnected(&mut self, cluster: &Cluster) {
+    pub fn on_cluster_disconnected(&mut self, cluster: &ClusterInfo) {
         for slot in &mut self.slots {
             slot.on_cluster_disconnected(&self.cx, cluster);
         }

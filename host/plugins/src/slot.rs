@@ -10,17 +10,18 @@
 //!   called), and is tried again after a back-off that doubles with each quarantine;
 //!   a success resets both.
 
-use super::contract::{enforce, enforce_peer_gc, PeerGcVerdict, Verdict};
+use super::contract::{enforce, enforce_peer_gc};
 use super::host_state::MeshView;
 use super::instance::{CallError, Instance};
 use super::runtime::{Prepared, Runtime};
-use super::{Cluster, PeerGcRequest, RegenerationRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::Component;
-use weft_hooks::Resource;
+use weft_hooks::{
+    ClusterInfo, PeerGcRequest, PeerGcVerdict, RegenerationRequest, Resource, Verdict,
+};
 
 /// A plugin ready to run: its compiled component and its manifest's facts.
 #[derive(Clone)]
@@ -362,12 +363,12 @@ impl Slot {
     }
 
     /// The "synced" hook of `resource`.
-    pub fn on_synced(&mut self, cx: &Context, resource: Resource, cluster: &Cluster) {
+    pub fn on_synced(&mut self, cx: &Context, resource: Resource, cluster: &ClusterInfo) {
         let _ = self.call(cx, Instant::now(), |i| i.on_synced(resource, cluster));
     }
 
     /// The "cluster disconnected" hook.
-    pub fn on_cluster_disconnected(&mut self, cx: &Context, cluster: &Cluster) {
+    pub fn on_cluster_disconnected(&mut self, cx: &Context, cluster: &ClusterInfo) {
         let _ = self.call(cx, Instant::now(), |i| i.on_cluster_disconnected(cluster));
     }
 

@@ -72,9 +72,10 @@ fn cluster_sync(c: new::types::ClusterSync) -> old::types::ClusterSync {
 }
 
 /// A cluster, as a 0.1.0 sync hook sees it.
-pub fn cluster(c: &new::types::Cluster) -> old::types::Cluster {
+pub fn cluster(c: &weft_hooks::ClusterInfo) -> old::types::Cluster {
+    let c = new::types::Cluster::from(c);
     old::types::Cluster {
-        name: c.name.clone(),
+        name: c.name,
         id: c.id,
         counts: old::types::ResourceCounts {
             nodes: c.counts.nodes,
@@ -86,17 +87,23 @@ pub fn cluster(c: &new::types::Cluster) -> old::types::Cluster {
 }
 
 /// The regeneration question in 0.1.0 terms.
-pub fn request(r: &new::types::RegenerationRequest) -> old::types::RegenerationRequest {
+pub fn request(r: &weft_hooks::RegenerationRequest) -> old::types::RegenerationRequest {
+    use weft_hooks::{EndpointKind, RegenerationReason};
     old::types::RegenerationRequest {
         endpoint: match r.endpoint.kind {
-            new::types::EndpointKind::Host => old::types::EndpointKind::Host,
-            new::types::EndpointKind::Workload => old::types::EndpointKind::Workload,
+            EndpointKind::Host => old::types::EndpointKind::Host,
+            EndpointKind::Workload => old::types::EndpointKind::Workload,
         },
-        restoring: r.reason == new::types::RegenerationReason::Restore,
+        restoring: r.reason == RegenerationReason::Restore,
         ipsec: r.ipsec,
         wireguard: r.wireguard,
         default_timeout_ms: r.default_timeout_ms,
-        clusters: r.clusters.iter().cloned().map(cluster_sync).collect(),
+        clusters: r
+            .clusters
+            .iter()
+            .cloned()
+            .map(|c| cluster_sync(c.into()))
+            .collect(),
     }
 }
 

@@ -3,14 +3,15 @@
 //! asking the thread (its record, whether it is busy and since when) is published
 //! after each job.
 
-use super::contract::{PeerGcVerdict, Verdict};
 use super::slot::{Context, LoadedPlugin, Outcome, Record, Slot};
-use super::{Cluster, Error, PeerGcRequest, RegenerationRequest};
+use super::Error;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use weft_hooks::Resource;
+use weft_hooks::{
+    ClusterInfo, PeerGcRequest, PeerGcVerdict, RegenerationRequest, Resource, Verdict,
+};
 
 /// Jobs a worker holds at most; hooks past it are dropped and counted (a plugin that
 /// stalls is replaced long before, so this bounds memory only).
@@ -18,8 +19,8 @@ const QUEUE_CAP: usize = 4_096;
 
 /// What a worker is asked to do.
 pub(crate) enum Job {
-    Synced(Resource, Cluster),
-    Disconnected(Cluster),
+    Synced(Resource, ClusterInfo),
+    Disconnected(ClusterInfo),
     Policy(Box<RegenerationRequest>, oneshot::Sender<Outcome<Verdict>>),
     PeerGc(Box<PeerGcRequest>, oneshot::Sender<Outcome<PeerGcVerdict>>),
     Flush(oneshot::Sender<()>),

@@ -6,7 +6,7 @@
 //! [`crate::regeneration::wait_for_regeneration`], after the clustermesh directory and
 //! the plugins present at start are in.
 
-use crate::plugins::{Answer, Endpoint, EndpointKind, RegenerationReason};
+use crate::hooks::{Answer, Endpoint, EndpointKind, RegenerationReason};
 use crate::regeneration::{OnWait, WaitOutcome};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ impl Regeneration {
     /// A regeneration that has started and not yet ended.
     pub fn waiting(reason: RegenerationReason) -> Self {
         Self {
-            reason: reason_name(reason).into(),
+            reason: reason.name().into(),
             decided_by: String::new(),
             verdict: String::new(),
             result: "waiting".into(),
@@ -86,22 +86,13 @@ fn decided_by(answer: &Answer) -> String {
 
 fn verdict(answer: &Answer) -> String {
     match &answer.verdict {
-        crate::plugins::Verdict::Wait {
+        crate::hooks::Verdict::Wait {
             timeout, barriers, ..
         } => format!(
             "wait {} for {barriers:?}",
             humantime::format_duration(*timeout)
         ),
         v => format!("{v:?}").to_lowercase(),
-    }
-}
-
-fn reason_name(reason: RegenerationReason) -> &'static str {
-    match reason {
-        RegenerationReason::Restore => "restore",
-        RegenerationReason::Create => "create",
-        RegenerationReason::IdentityChange => "identity-change",
-        RegenerationReason::PolicyChange => "policy-change",
     }
 }
 

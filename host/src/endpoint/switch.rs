@@ -7,7 +7,7 @@ use super::manager::EndpointManager;
 use super::regeneration::EndpointDatapath;
 use super::store::Record;
 use crate::datapath::NodeDatapath;
-use crate::plugins::RegenerationReason;
+use crate::hooks::RegenerationReason;
 use crate::policy::PolicySet;
 use crate::state::State;
 use std::collections::BTreeMap;

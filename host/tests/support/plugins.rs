@@ -75,11 +75,11 @@ fn wat_components(root: &Path) {
 /// 60 s timeout: the host endpoint as the agent describes it, or a workload
 /// `default/web` with identity 70000.
 pub fn request(
-    kind: weft::plugins::EndpointKind,
+    kind: weft::hooks::EndpointKind,
     ipsec: bool,
-    clusters: Vec<weft::plugins::ClusterSync>,
-) -> weft::plugins::RegenerationRequest {
-    use weft::plugins::{Endpoint, EndpointKind, RegenerationReason, RegenerationRequest};
+    clusters: Vec<weft::hooks::ClusterSync>,
+) -> weft::hooks::RegenerationRequest {
+    use weft::hooks::{Endpoint, EndpointKind, RegenerationReason, RegenerationRequest};
     let endpoint = match kind {
         EndpointKind::Host => weft::regeneration::host_endpoint(),
         EndpointKind::Workload => Endpoint {
@@ -101,8 +101,8 @@ pub fn request(
 }
 
 /// A remote cluster's sync state as a hook sees it: every barrier `synced` or not.
-pub fn cluster_sync(name: &str, synced: bool) -> weft::plugins::ClusterSync {
-    weft::plugins::ClusterSync {
+pub fn cluster_sync(name: &str, synced: bool) -> weft::hooks::ClusterSync {
+    weft::hooks::ClusterSync {
         name: name.into(),
         connected: true,
         nodes_synced: synced,
