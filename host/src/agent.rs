@@ -5,6 +5,7 @@ use crate::clustermesh::{self, ClusterMesh};
 use crate::datapath::{self, NodeDatapath, NodeDatapathConfig};
 use crate::endpoint::store::Phase;
 use crate::endpoint::EndpointManager;
+use crate::gc_gate::{GarbageGate, WireGuardGarbage};
 use crate::ipcache::Source;
 use crate::kvstore::{self, Endpoints};
 use crate::metrics::{Waiter, Waits};
@@ -15,7 +16,7 @@ use crate::policy::PolicySet;
 use crate::regeneration::{self, wait_for_regeneration, RegenerationConfig};
 use crate::state::{LocalKvStore, State};
 use crate::wireguard::{
-    self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSync, PeerSyncStatus, PodRoutes,
+    self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSyncStatus, PodRoutes,
 };
 use std::future::Future;
 use std::net::IpAddr;
@@ -359,11 +360,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 .as_ref()
                 .is_some_and(|w| w.wait_for_remote_nodes),
             timeout: config.ip_identities_sync_timeout,
-            plugins: plugin_host.clone(),
+            policy: plugin_host.clone(),
             plugins_loaded: plugins_loaded.clone(),
             waits: waits.clone(),
         };
-        tasks.spawn(gate.collect(wg.peers.clone(), pod_routes.clone()));
+        let garbage = Arc::new(WireGuardGarbage {
+            peers: wg.peers.clone(),
+            routes: pod_routes.clone(),
+        });
+        tasks.spawn(gate.collect(garbage));
     }
     if !config.kvstore_endpoints.is_empty() {
         let endpoints = Endpoints {
@@ -671,105 +676,6 @@ async fn switch_native(dp: NodeDatapath) {
             tracing::error!(error = %e, "native device not switched; it keeps its generation")
         }
         Err(e) => tracing::error!(error = %e, "datapath switch task failed"),
-    }
-}
-
-/// When restored WireGuard peers may go: once this cluster's nodes are listed and
-/// every remote cluster's nodes and ipcache entries are in (a disconnected or removed
-/// cluster counts as done). Until then a restored peer may be the only way to a remote
-/// node whose record has not arrived: removing it is the outage of the seed note.
-///
-/// Then the plugins' peer-gc-policy may hold the removal back, for a time the host
-/// clamps (a vendor that knows its remote nodes re-register slowly).
-struct GarbageGate {
-    mesh: ClusterMesh,
-    config_dir: bool,
-    local_nodes: watch::Receiver<bool>,
-    wait: bool,
-    timeout: Duration,
-    plugins: PluginHost,
-    plugins_loaded: watch::Receiver<bool>,
-    waits: Arc<Waits>,
-}
-
-impl GarbageGate {
-    async fn collect(mut self, peers: Arc<PeerSync>, routes: Option<Arc<PodRoutes>>) {
-        if self.wait {
-            let _ = self.local_nodes.wait_for(|synced| *synced).await;
-            if self.config_dir {
-                // The clusters to wait for are the configured ones.
-                self.mesh.config_dir_synced().await;
-            }
-            loop {
-                let started = tokio::time::Instant::now();
-                let deadline = started + self.timeout;
-                let synced = match self.mesh.nodes_synced(deadline).await {
-                    Ok(_) => self.mesh.ip_identities_synced(deadline).await,
-                    Err(e) => Err(e),
-                };
-                self.waits
-                    .observe_wait(Waiter::WireguardGc, &synced, started.elapsed());
-                match synced {
-                    Ok(r) => {
-                        tracing::info!(synced = ?r.synced, disconnected = ?r.disconnected, "remote nodes synced: restored WireGuard peers may go");
-                        break;
-                    }
-                    // Kept as long as it takes: a cut connection costs more than a
-                    // stale peer.
-                    Err(e) => tracing::warn!(error = %e, "restored WireGuard peers kept"),
-                }
-            }
-        } else {
-            tracing::warn!("restored WireGuard peers collected without waiting for the remote nodes (the wait is disabled)");
-        }
-        self.ask_plugins(&peers).await;
-        match tokio::task::spawn_blocking(move || peers.collect_garbage()).await {
-            Ok(r) => {
-                tracing::info!(kept = r.kept.len(), removed = ?r.removed, trimmed = ?r.trimmed, "restored WireGuard peers collected")
-            }
-            Err(e) => tracing::error!(error = %e, "WireGuard garbage collection task failed"),
-        }
-        if let Some(routes) = routes {
-            routes.collect_garbage();
-        }
-    }
-
-    /// Asks the peer-gc-policy about the restored peers collection would remove, and
-    /// holds as it decides.
-    async fn ask_plugins(&mut self, peers: &Arc<PeerSync>) {
-        let _ = self.plugins_loaded.wait_for(|loaded| *loaded).await;
-        let p = peers.clone();
-        let garbage = tokio::task::spawn_blocking(move || p.garbage())
-            .await
-            .unwrap_or_default();
-        if garbage.is_empty() {
-            return;
-        }
-        let request = crate::hooks::PeerGcRequest {
-            peers: garbage
-                .into_iter()
-                .map(|(public_key, allowed_ips)| crate::hooks::RestoredPeer {
-                    public_key,
-                    allowed_ips,
-                })
-                .collect(),
-            clusters: self
-                .mesh
-                .status()
-                .iter()
-                .map(regeneration::cluster_sync)
-                .collect(),
-        };
-        let answer = self.plugins.peer_gc_policy(request).await;
-        let decided_by = answer.decided_by.as_deref().unwrap_or("built-in default");
-        if let crate::hooks::PeerGcVerdict::Hold(hold) = answer.verdict {
-            tracing::info!(
-                decided_by,
-                ?hold,
-                "restored WireGuard peers held back by the peer-gc policy"
-            );
-            tokio::time::sleep(hold).await;
-        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod api;
 pub mod cli;
 pub mod datapath;
 pub mod endpoint;
+pub mod gc_gate;
 pub mod health;
 pub mod k8s;
 pub mod lab;

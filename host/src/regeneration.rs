@@ -110,3 +110,172 @@ pub async fn wait_for_regeneration(
     };
     WaitOutcome { answer, result }
 }
+
+/// The regeneration wait on tokio's paused clock, with a fixed policy in place of the
+/// plugins: the clock advances only when every task is idle, so a deadline is reached
+/// exactly when nothing else can happen first. The mesh has one remote cluster, `c2`,
+/// whose etcd (a closed loopback port) never answers: its barriers stay pending.
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::clustermesh::{Config, NoObserver, SyncCallbacks};
+    use crate::hooks::Resource;
+    use crate::kvstore::Endpoints;
+    use std::sync::{Arc, Mutex};
+
+    /// Answers every question with `verdict`, decided by "fixed".
+    struct Fixed(Verdict);
+
+    impl RegenerationPolicy for Fixed {
+        async fn regeneration_policy(&self, _: RegenerationRequest) -> Answer {
+            Answer {
+                verdict: self.0.clone(),
+                decided_by: Some("fixed".into()),
+            }
+        }
+    }
+
+    fn wait(timeout: Duration) -> Fixed {
+        Fixed(Verdict::Wait {
+            timeout,
+            barriers: vec![Resource::IpCache, Resource::Identities],
+            clusters: vec![],
+        })
+    }
+
+    /// A mesh whose one remote cluster, `c2`, never answers (a closed loopback port).
+    pub(crate) async fn mesh_with_pending_c2() -> ClusterMesh {
+        let mesh = ClusterMesh::new(
+            Config::default(),
+            Arc::new(NoObserver),
+            SyncCallbacks::default(),
+        );
+        let unreachable = Endpoints {
+            urls: vec!["http://127.0.0.1:1".into()],
+            tls: Default::default(),
+        };
+        mesh.upsert_cluster("c2", Ok(unreachable)).await;
+        mesh
+    }
+
+    const CONFIG: RegenerationConfig = RegenerationConfig {
+        default_timeout: Duration::from_secs(120),
+        ipsec: false,
+        wireguard: true,
+    };
+
+    /// What `on_wait` was told: the clusters waited for, once per wait.
+    fn told() -> (Arc<Mutex<Vec<Vec<String>>>>, OnWait) {
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let t = told.clone();
+        let on_wait: OnWait = Box::new(move |_, clusters| {
+            t.lock()
+                .unwrap()
+                .push(clusters.iter().map(|c| c.to_string()).collect());
+        });
+        (told, on_wait)
+    }
+
+    async fn regenerate(
+        mesh: &ClusterMesh,
+        policy: &impl RegenerationPolicy,
+        on_wait: OnWait,
+    ) -> WaitOutcome {
+        let endpoint = host_endpoint();
+        wait_for_regeneration(
+            mesh,
+            policy,
+            CONFIG,
+            endpoint,
+            RegenerationReason::Restore,
+            on_wait,
+        )
+        .await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_policys_timeout_ends_the_wait_naming_the_pending_cluster() {
+        let mesh = mesh_with_pending_c2().await;
+        let (told, on_wait) = told();
+        let started = Instant::now();
+        let outcome = regenerate(&mesh, &wait(Duration::from_secs(30)), on_wait).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        let timeout = outcome.result.unwrap().unwrap_err();
+        assert_eq!(timeout.pending[0].cluster, "c2");
+        assert_eq!(outcome.answer.decided_by.as_deref(), Some("fixed"));
+        assert_eq!(*told.lock().unwrap(), [vec!["c2".to_string()]]);
+        mesh.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_removed_mid_wait_ends_it_as_disconnected() {
+        let mesh = mesh_with_pending_c2().await;
+        let (_, on_wait) = told();
+        let started = Instant::now();
+        let policy = wait(Duration::from_secs(3600));
+        let m = mesh.clone();
+        let remove = async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            m.remove_cluster("c2").await;
+        };
+        let (outcome, ()) = tokio::join!(regenerate(&mesh, &policy, on_wait), remove);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        let report = outcome.result.unwrap().unwrap();
+        assert_eq!(report.disconnected, ["c2"]);
+        assert!(report.synced.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_past_the_clocks_range_still_waits_and_ends_on_news() {
+        let mesh = mesh_with_pending_c2().await;
+        let (_, on_wait) = told();
+        let started = Instant::now();
+        let policy = wait(Duration::MAX);
+        let m = mesh.clone();
+        let remove = async move {
+            tokio::time::sleep(Duration::from_secs(86_400)).await;
+            m.remove_cluster("c2").await;
+        };
+        let (outcome, ()) = tokio::join!(regenerate(&mesh, &policy, on_wait), remove);
+        assert_eq!(started.elapsed(), Duration::from_secs(86_400));
+        assert_eq!(outcome.result.unwrap().unwrap().disconnected, ["c2"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn proceed_and_no_opinion_do_not_wait_and_tell_no_one() {
+        let mesh = mesh_with_pending_c2().await;
+        for verdict in [Verdict::Proceed, Verdict::NoOpinion] {
+            let (told, on_wait) = told();
+            let started = Instant::now();
+            let outcome = regenerate(&mesh, &Fixed(verdict.clone()), on_wait).await;
+            assert_eq!(started.elapsed(), Duration::ZERO, "{verdict:?}");
+            assert_eq!(outcome.result, None);
+            assert!(told.lock().unwrap().is_empty());
+        }
+        mesh.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_the_mesh_stops_a_wait_does_not_end_even_past_its_deadline() {
+        let mesh = mesh_with_pending_c2().await;
+        let (_, on_wait) = told();
+        let policy = wait(Duration::from_secs(30));
+        mesh.stop().await;
+        let m = mesh.clone();
+        let wait = tokio::spawn(async move {
+            let endpoint = host_endpoint();
+            wait_for_regeneration(
+                &m,
+                &policy,
+                CONFIG,
+                endpoint,
+                RegenerationReason::Create,
+                on_wait,
+            )
+            .await
+        });
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!wait.is_finished(), "a stopping agent switches no endpoint");
+        wait.abort();
+    }
+}
