@@ -1,5 +1,6 @@
 //! weftd's local API, as its callers see it: where the socket is, the messages of the
-//! routes that change things, and a client.
+//! routes that change things, what an endpoint's regeneration came to
+//! ([`endpoint::Regeneration`]), and a client.
 //!
 //! The API is HTTP/1.1 over a unix socket in the agent's state directory (mode 0600:
 //! only root calls it). `weftd status` reads it; `weft-cni` writes through it. The
@@ -14,6 +15,7 @@
 
 mod client;
 pub mod cni;
+pub mod endpoint;
 
 pub use client::{Client, Error};
 

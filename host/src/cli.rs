@@ -1051,15 +1051,7 @@ pub fn render_endpoints(rows: &[api::EndpointView]) -> String {
         ));
         out.push_str(&format!("    labels: {}\n", r.labels));
         if let Some(g) = &r.regeneration {
-            let of = if g.waiting_for.is_empty() {
-                String::new()
-            } else {
-                format!(" of {}", g.waiting_for.join(", "))
-            };
-            out.push_str(&format!(
-                "    regeneration ({}): {}, {}{of} by {}, {} ms\n",
-                g.reason, g.result, g.verdict, g.decided_by, g.waited_ms
-            ));
+            out.push_str(&format!("    regeneration {g}\n"));
         }
         if let Some(p) = &view.policy {
             let side = |enforced: bool, n: usize| {

@@ -398,9 +398,13 @@ async fn a_regeneration_that_times_out_says_so_once_and_a_restart_regenerates_ag
         regeneration_of(&agent, "late-0/eth0").filter(|r| r["result"] != "waiting")
     })
     .await;
-    let result = done["result"].as_str().unwrap();
+    // A typed outcome: the result, and the cluster still pending with what it lacked.
+    assert_eq!(done["result"], "timed-out", "{done}");
+    let pending = done["pending"].as_array().unwrap();
     assert!(
-        result.starts_with("timed out") && result.contains("cluster2"),
+        pending
+            .iter()
+            .any(|p| p["cluster"] == "cluster2" && !p["resources"].as_array().unwrap().is_empty()),
         "{done}"
     );
     assert_eq!(done["decided_by"], "built-in default");

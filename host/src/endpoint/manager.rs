@@ -146,7 +146,7 @@ impl EndpointManager {
             &record.labels,
         );
         let key = record.key.clone();
-        let waiting = Regeneration::waiting(reason);
+        let waiting = regeneration::waiting(reason);
         let me = Arc::clone(self);
         let (k, w) = (key.clone(), waiting.clone());
         let mut waits = self.waits.lock().expect("waits lock");
@@ -158,7 +158,7 @@ impl EndpointManager {
             let mut waits = me.waits.lock().expect("waits lock");
             if let Some((task, w)) = waits.get_mut(&d) {
                 if Some(task.id()) == tokio::task::try_id() {
-                    *w = w.clone().deciding(answer, clusters);
+                    *w = regeneration::deciding(w.clone(), answer, clusters);
                 }
             }
         });
@@ -179,7 +179,7 @@ impl EndpointManager {
                 .expect("waits lock")
                 .get(&k)
                 .map(|(_, w)| w.clone());
-            let mut ended = shown.unwrap_or(w).ended(&outcome, started);
+            let mut ended = regeneration::ended(shown.unwrap_or(w), &outcome, started);
             let _op = me.ops.lock().await;
             if let Some(mut r) = me.store.get(&k) {
                 if let Some(dp) = me.datapath.get().cloned() {
@@ -189,13 +189,14 @@ impl EndpointManager {
                         .unwrap_or_else(|e| Err(e.to_string()));
                     if let Err(e) = switched {
                         tracing::warn!(endpoint = k, error = %e, "endpoint not switched to the new datapath");
-                        ended.result = format!("{}; not switched: {e}", ended.result);
+                        ended = regeneration::not_switched(ended, e);
                     }
                 }
                 tracing::info!(
                     endpoint = k,
                     reason = ended.reason,
-                    result = ended.result,
+                    result = %ended.outcome,
+                    outcome = serde_json::to_string(&ended.outcome).unwrap_or_default(),
                     waited_ms = ended.waited_ms,
                     decided_by = ended.decided_by,
                     "endpoint regenerated"

@@ -30,50 +30,70 @@ pub trait EndpointDatapath: Send + Sync {
     fn remove(&self, record: &super::store::Record);
 }
 
-/// The record's part that a regeneration fills in (defined with the record).
-pub use super::store::Regeneration;
+/// The record's part that a regeneration fills in: the API's type, which the listing
+/// and the lab read.
+pub use weft_api::endpoint::{Outcome, Pending, Regeneration};
 
-impl Regeneration {
-    /// A regeneration that has started and not yet ended.
-    pub fn waiting(reason: RegenerationReason) -> Self {
-        Self {
-            reason: reason.name().into(),
-            decided_by: String::new(),
-            verdict: String::new(),
-            result: "waiting".into(),
-            waited_ms: 0,
-            waiting_for: Vec::new(),
-            started_at: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        }
+/// A regeneration that has started and not yet ended.
+pub fn waiting(reason: RegenerationReason) -> Regeneration {
+    Regeneration {
+        reason: reason.name().into(),
+        decided_by: String::new(),
+        verdict: String::new(),
+        outcome: Outcome::Waiting,
+        waited_ms: 0,
+        waiting_for: Vec::new(),
+        started_at: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
     }
+}
 
-    /// The same regeneration, still waiting, as the policy decided: for `clusters`.
-    pub fn deciding(self, answer: &Answer, clusters: &[&str]) -> Self {
-        Self {
-            decided_by: decided_by(answer),
-            verdict: verdict(answer),
-            waiting_for: clusters.iter().map(|c| (*c).to_owned()).collect(),
-            ..self
-        }
+/// The same regeneration, still waiting, as the policy decided: for `clusters`.
+pub fn deciding(r: Regeneration, answer: &Answer, clusters: &[&str]) -> Regeneration {
+    Regeneration {
+        decided_by: decided_by(answer),
+        verdict: verdict(answer),
+        waiting_for: clusters.iter().map(|c| (*c).to_owned()).collect(),
+        ..r
     }
+}
 
-    /// The same regeneration, ended with `outcome` after waiting since `since`.
-    pub fn ended(self, outcome: &WaitOutcome, since: Instant) -> Self {
-        let result = match &outcome.result {
-            None => "proceeded".to_owned(),
-            Some(Ok(r)) if r.disconnected.is_empty() => "synced".to_owned(),
-            Some(Ok(r)) => format!("synced (disconnected: {})", r.disconnected.join(", ")),
-            Some(Err(timeout)) => format!("timed out: {timeout}"),
-        };
-        Self {
-            decided_by: decided_by(&outcome.answer),
-            verdict: verdict(&outcome.answer),
-            result,
-            waited_ms: u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
-            ..self
-        }
+/// The same regeneration, ended with `outcome` after waiting since `since`.
+pub fn ended(r: Regeneration, outcome: &WaitOutcome, since: Instant) -> Regeneration {
+    let result = match &outcome.result {
+        None => Outcome::Proceeded,
+        Some(Ok(report)) => Outcome::Synced {
+            disconnected: report.disconnected.clone(),
+        },
+        Some(Err(timeout)) => Outcome::TimedOut {
+            pending: timeout
+                .pending
+                .iter()
+                .map(|p| Pending {
+                    cluster: p.cluster.clone(),
+                    resources: p.resources.iter().map(|r| r.name().to_owned()).collect(),
+                })
+                .collect(),
+        },
+    };
+    Regeneration {
+        decided_by: decided_by(&outcome.answer),
+        verdict: verdict(&outcome.answer),
+        outcome: result,
+        waited_ms: u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
+        ..r
+    }
+}
+
+/// The same regeneration, whose endpoint could not be switched to the new datapath.
+pub fn not_switched(r: Regeneration, error: String) -> Regeneration {
+    Regeneration {
+        outcome: Outcome::NotSwitched {
+            after: Box::new(r.outcome.clone()),
+            error,
+        },
+        ..r
     }
 }
 

@@ -48,28 +48,30 @@ pub struct Record {
     #[serde(default)]
     pub attachment: Option<Attachment>,
     /// The last regeneration (or the one under way, in a listing).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "tolerant_regeneration"
+    )]
     pub regeneration: Option<Regeneration>,
 }
 
-/// The last regeneration of an endpoint, as `weftd endpoint list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Regeneration {
-    /// Why it regenerated: `restore`, `create`, ….
-    pub reason: String,
-    /// The plugin that decided, or `built-in default`.
-    pub decided_by: String,
-    /// What it decided: `wait 60s for [Ipcache, Identities]`, `proceed`.
-    pub verdict: String,
-    /// `waiting`, `proceeded`, `synced`, `timed out: …`.
-    pub result: String,
-    /// How long it waited, in milliseconds (so far, while waiting).
-    pub waited_ms: u64,
-    /// The remote clusters it waits (or waited) for, once the policy has decided.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub waiting_for: Vec<String>,
-    /// When it started, in seconds since the epoch.
-    pub started_at: u64,
+pub use weft_api::endpoint::Regeneration;
+
+/// Reads a record's last regeneration, or none when it is in a form this agent does
+/// not know (an earlier agent wrote `result` as a sentence): the regeneration is only
+/// shown, and the record it is part of must not be lost over it.
+fn tolerant_regeneration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Regeneration>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(value.and_then(|v| match serde_json::from_value(v) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(error = %e, "an endpoint record's last regeneration is in an older form; not shown");
+            None
+        }
+    }))
 }
 
 /// The records of one agent: on disk, and mirrored in memory for the readers (a
@@ -165,5 +167,37 @@ impl Store {
         }
         ok.sort_by(|a: &Record, b| a.key.cmp(&b.key));
         (ok, bad)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = r#"{"key":"abc/eth0","container_id":"abc","ifname":"eth0",
+        "netns":"/var/run/netns/x","namespace":"shop","pod_name":"web-0",
+        "labels":"k8s:app=web","phase":"ready","addresses":["10.1.0.5"],"identity":70000,
+        "regeneration":{"reason":"restore","decided_by":"built-in default",
+        "verdict":"wait 2m for [IpCache, Identities]",
+        "result":"timed out: clustermesh sync timed out; still pending: c2 (ipcache)",
+        "waited_ms":120000,"started_at":1700000000}}"#;
+
+    #[test]
+    fn a_record_from_an_earlier_agent_keeps_everything_but_its_regeneration_sentence() {
+        let r: Record = serde_json::from_str(OLD).unwrap();
+        assert_eq!(r.key, "abc/eth0");
+        assert_eq!(r.identity, Some(70_000));
+        assert_eq!(r.phase, Phase::Ready);
+        assert_eq!(r.regeneration, None);
+    }
+
+    #[test]
+    fn a_records_regeneration_round_trips() {
+        let mut r: Record = serde_json::from_str(OLD).unwrap();
+        r.regeneration = Some(crate::endpoint::regeneration::waiting(
+            crate::hooks::RegenerationReason::Create,
+        ));
+        let back: Record = serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
     }
 }

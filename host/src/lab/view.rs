@@ -4,6 +4,7 @@
 //! place ([`Redraw`]); elsewhere each change is a new block of plain lines.
 
 use super::spec::{NodeRef, Spec};
+use weft_api::endpoint::Outcome;
 
 /// One node, as its agent reports it; `None` fields: the agent does not answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,10 +50,9 @@ pub async fn node(spec: &Spec, n: NodeRef) -> NodeView {
         switched: endpoints
             .iter()
             .filter(|e| {
-                e.record
-                    .regeneration
-                    .as_ref()
-                    .is_some_and(|r| r.result != "waiting" && !r.result.contains("not switched"))
+                e.record.regeneration.as_ref().is_some_and(|r| {
+                    !r.outcome.is_waiting() && !matches!(r.outcome, Outcome::NotSwitched { .. })
+                })
             })
             .count(),
         endpoints: endpoints.len(),

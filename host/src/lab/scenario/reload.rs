@@ -60,7 +60,7 @@ pub async fn plugin_reload(
     // Waiting in earnest: the policy has decided and cluster2 is among what it waits for.
     let waiting = regeneration(&spec, pod, Duration::from_secs(20), |r| {
         r.reason == "restore"
-            && r.result == "waiting"
+            && r.outcome.is_waiting()
             && r.waiting_for.iter().any(|c| c == "cluster2")
     })
     .await;
@@ -113,7 +113,7 @@ pub async fn plugin_reload(
                 e.record
                     .regeneration
                     .as_ref()
-                    .is_some_and(|r| r.reason != "create" && r.result == "synced")
+                    .is_some_and(|r| r.reason != "create" && r.outcome.is_synced())
             });
         if all || Instant::now() > deadline {
             break all;

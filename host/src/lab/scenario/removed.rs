@@ -8,6 +8,7 @@ use crate::lab::LabError;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use weft_api::endpoint::Outcome;
 
 /// Runs `cluster-removed-mid-sync` on the lab in `dir`: cluster2's etcd is frozen and
 /// cluster1's first node's agent restarted, so its restored endpoints wait for
@@ -46,7 +47,7 @@ pub async fn cluster_removed(
     // its mesh directory, cluster2 would never be waited for.)
     let waiting = regeneration(&spec, pod, Duration::from_secs(20), |r| {
         r.reason == "restore"
-            && r.result == "waiting"
+            && r.outcome.is_waiting()
             && r.waiting_for.iter().any(|c| c == "cluster2")
     })
     .await;
@@ -69,10 +70,10 @@ pub async fn cluster_removed(
     // The removal's effect is bounded by the directory's rescan; the control watches
     // for as long.
     let ended = regeneration(&spec, pod, Duration::from_secs(5), |r| {
-        r.reason != "create" && r.result != "waiting"
+        r.reason != "create" && !r.outcome.is_waiting()
     })
     .await
-    .map(|r| (r.reason, r.result));
+    .map(|r| (r.reason, r.outcome));
     let took = removed.elapsed();
     // The restore's own outcome, from the agent's log: a regeneration may follow it at
     // once (cluster2's identities went with it) and take its place in the listing.
@@ -94,9 +95,7 @@ pub async fn cluster_removed(
     let passed = if control {
         ended.is_none()
     } else {
-        result
-            .as_deref()
-            .is_some_and(|r| r.contains("disconnected: cluster2"))
+        matches!(&result, Some(Outcome::Synced { disconnected }) if disconnected.iter().any(|c| c == "cluster2"))
     };
     let line = format!(
         "cluster-removed-mid-sync{}: {} — {} {}",
@@ -126,7 +125,7 @@ pub async fn cluster_removed(
 
 /// The result of pod `p`'s restore regeneration logged (in the agent's JSON log at
 /// `path`) since `since`.
-fn restore_result(path: &Path, p: PodRef, since: std::time::SystemTime) -> Option<String> {
+fn restore_result(path: &Path, p: PodRef, since: std::time::SystemTime) -> Option<Outcome> {
     let key = format!("\"endpoint\":\"{}/eth0\"", Spec::pod_name(p));
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
@@ -139,5 +138,5 @@ fn restore_result(path: &Path, p: PodRef, since: std::time::SystemTime) -> Optio
                 .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok())
                 .is_some_and(|t| t >= since)
         })
-        .and_then(|v| v["fields"]["result"].as_str().map(str::to_owned))
+        .and_then(|v| serde_json::from_str(v["fields"]["outcome"].as_str()?).ok())
 }

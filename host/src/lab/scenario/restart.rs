@@ -86,12 +86,12 @@ pub async fn restart(
             "cluster2's etcd thawed; the restored client was {} during the pause",
             during
                 .as_ref()
-                .map_or("not listed".to_owned(), |r| r.result.clone())
+                .map_or("not listed".to_owned(), |r| r.outcome.to_string())
         ),
     );
     // The restore, or a regeneration after it (cluster2's identities arriving).
     let switched = regeneration(&spec, client, Duration::from_secs(60), |r| {
-        r.reason != "create" && r.result != "waiting"
+        r.reason != "create" && !r.outcome.is_waiting()
     })
     .await;
     flowing_again(&streams).await;
@@ -148,7 +148,9 @@ pub async fn restart(
             .map_err(|e| step(&format!("plot {}", path.display()), e))?;
         steps.say(out, format!("plot written to {}", path.display()));
     }
-    let result = switched.map_or("not switched within 60 s".to_owned(), |r| r.result);
+    let result = switched.map_or("not switched within 60 s".to_owned(), |r| {
+        r.outcome.to_string()
+    });
     let passed = if control {
         gap >= CUT
     } else {
