@@ -12,6 +12,7 @@ pub mod endpoint;
 pub mod gc_gate;
 pub mod health;
 pub mod k8s;
+#[cfg(feature = "lab")]
 pub mod lab;
 pub mod metrics;
 /// The hook moments as plain Rust: the `weft-hooks` crate.

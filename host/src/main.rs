@@ -4,8 +4,7 @@
 use anyhow::Context as _;
 use clap::Parser as _;
 use weft::cli::{
-    self, Cli, Command, EndpointCommand, IpcacheCommand, LabCommand, LogFormat, Output,
-    PluginCommand,
+    self, Cli, Command, EndpointCommand, IpcacheCommand, LogFormat, Output, PluginCommand,
 };
 
 fn main() -> anyhow::Result<()> {
@@ -153,13 +152,31 @@ async fn run() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Lab(LabCommand::Up {
+        #[cfg(feature = "lab")]
+        Command::Lab(command) => lab(command).await?,
+        Command::ClusterConfig(args) => {
+            cli::write_cluster_config(&args).await?;
+            println!(
+                "cluster config of {} (id {}) written",
+                args.cluster_name, args.cluster_id
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `weftd lab …`, in a weftd built with the `lab` feature.
+#[cfg(feature = "lab")]
+async fn lab(command: weft::cli::LabCommand) -> anyhow::Result<()> {
+    use weft::cli::{LabCommand, LabScenario};
+    match command {
+        LabCommand::Up {
             clusters,
             nodes,
             pods,
             plugins,
             at,
-        }) => {
+        } => {
             let spec = weft::lab::spec::Spec {
                 name: at.name.clone(),
                 clusters,
@@ -186,31 +203,31 @@ async fn run() -> anyhow::Result<()> {
                 anyhow::bail!("the connectivity matrix is not as the policy says");
             }
         }
-        Command::Lab(LabCommand::Scenario {
+        LabCommand::Scenario {
             scenario,
             control,
             plot,
             at,
-        }) => {
+        } => {
             let dir = at.path();
             let out = &mut std::io::stdout();
-            if plot.is_some() && !matches!(scenario, weft::cli::LabScenario::Restart) {
+            if plot.is_some() && !matches!(scenario, LabScenario::Restart) {
                 anyhow::bail!("--plot draws streams: only the restart scenario has them");
             }
             let verdict = match scenario {
-                weft::cli::LabScenario::Restart => {
+                LabScenario::Restart => {
                     weft::lab::scenario::restart(&dir, control, plot.as_deref(), out).await?
                 }
-                weft::cli::LabScenario::ClusterRemovedMidSync => {
+                LabScenario::ClusterRemovedMidSync => {
                     weft::lab::scenario::cluster_removed(&dir, control, out).await?
                 }
-                weft::cli::LabScenario::EtcdRestart => {
+                LabScenario::EtcdRestart => {
                     weft::lab::scenario::etcd_restart(&dir, control, out).await?
                 }
-                weft::cli::LabScenario::VendorCallback => {
+                LabScenario::VendorCallback => {
                     weft::lab::scenario::vendor_callback(&dir, control, out).await?
                 }
-                weft::cli::LabScenario::PluginReload => {
+                LabScenario::PluginReload => {
                     weft::lab::scenario::plugin_reload(&dir, control, out).await?
                 }
             };
@@ -219,7 +236,7 @@ async fn run() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Lab(LabCommand::Soak {
+        LabCommand::Soak {
             duration,
             every,
             sample_every,
@@ -227,7 +244,7 @@ async fn run() -> anyhow::Result<()> {
             csv,
             steps,
             at,
-        }) => {
+        } => {
             let weftd = std::env::current_exe()?;
             let options = weft::lab::soak::Options {
                 duration,
@@ -245,20 +262,13 @@ async fn run() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Lab(LabCommand::Status(at)) => {
+        LabCommand::Status(at) => {
             print!("{}", weft::lab::status(&at.path()).await?);
         }
-        Command::Lab(LabCommand::Down(at)) => {
+        LabCommand::Down(at) => {
             for line in weft::lab::down(&at.path())? {
                 println!("{line}");
             }
-        }
-        Command::ClusterConfig(args) => {
-            cli::write_cluster_config(&args).await?;
-            println!(
-                "cluster config of {} (id {}) written",
-                args.cluster_name, args.cluster_id
-            );
         }
     }
     Ok(())

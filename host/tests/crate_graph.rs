@@ -126,24 +126,24 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
     ),
 ];
 
-fn metadata() -> Value {
+/// What `cargo args` prints, offline, in this crate's directory.
+fn cargo(args: &[&str]) -> Vec<u8> {
     let out = std::process::Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
+        .args(args)
+        .arg("--offline")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "cargo {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
+}
+
+fn metadata() -> Value {
+    serde_json::from_slice(&cargo(&["metadata", "--format-version", "1", "--no-deps"])).unwrap()
 }
 
 /// Each workspace crate's normal and build dependencies.
@@ -293,4 +293,46 @@ fn control_a_spelled_key_is_found_and_comments_and_tests_are_not() {
         spelled_keys(text),
         [(2, "let k = \"cilium/state/x\";".to_owned())]
     );
+}
+
+/// What `weft`'s normal dependencies are with `features` (`cargo tree`, offline).
+fn agent_dependencies(features: &[&str]) -> BTreeSet<String> {
+    let mut args = vec!["tree", "-p", "weft", "-e", "normal", "--prefix", "none"];
+    args.extend(["--format", "{p}"]);
+    args.extend(features);
+    String::from_utf8_lossy(&cargo(&args))
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// The lab's own crates: plotting and the terminal UI.
+const LAB_ONLY: [&str; 2] = ["plotters", "crossterm"];
+
+#[test]
+fn the_images_weftd_links_no_lab() {
+    let dockerfile = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/Dockerfile"),
+    )
+    .unwrap();
+    let build = dockerfile
+        .lines()
+        .find(|l| l.contains("--bin weftd"))
+        .expect("the Dockerfile builds weftd");
+    assert!(
+        build.contains("--no-default-features"),
+        "the image's weftd is built with the lab: {build}"
+    );
+    let without = agent_dependencies(&["--no-default-features"]);
+    for c in LAB_ONLY {
+        assert!(
+            !without.contains(c),
+            "{c} is linked without the lab feature"
+        );
+    }
+    // Control: with the default features (the lab) they are there, so the check sees them.
+    let with = agent_dependencies(&[]);
+    for c in LAB_ONLY {
+        assert!(with.contains(c), "{c} not found even with the lab");
+    }
 }

@@ -12,6 +12,7 @@
 //!   shows; [`scenario`]: what it proves, each with its control run; [`soak`]: the lab
 //!   under churn for an hour, its agents' curves flat.
 
+pub mod command;
 pub mod down;
 pub mod matrix;
 pub mod netns;
