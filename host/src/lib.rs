@@ -7,7 +7,8 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
-pub mod datapath;
+/// The BPF datapath: the `weft-datapath` crate.
+pub use weft_datapath as datapath;
 pub mod endpoint;
 pub mod gc_gate;
 pub mod health;

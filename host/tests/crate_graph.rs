@@ -95,6 +95,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "wasmtime-wasi-io",
         ],
     ),
+    // The BPF datapath: aya and the kernel's interfaces; no etcd, no wasm, no
+    // Kubernetes.
+    (
+        "weft-datapath",
+        &["aya", "nix", "serde", "thiserror", "tracing"],
+    ),
 ];
 
 /// The workspace crates each crate may depend on.
@@ -109,6 +115,7 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
         &["weft-model", "weft-kvstore", "weft-sys", "weft-hooks"],
     ),
     ("weft-plugins", &["weft-hooks", "weft-sys"]),
+    ("weft-datapath", &["weft-state", "weft-sys"]),
     ("weft-api", &[]),
     ("weft-cni", &["weft-api"]),
     (
@@ -121,6 +128,7 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
             "weft-plugins",
             "weft-state",
             "weft-clustermesh",
+            "weft-datapath",
             "weft-api",
         ],
     ),

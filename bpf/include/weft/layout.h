@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The structs weft's BPF programs share with the agent. Each is defined once here and
- * once in host/src/datapath/layout.rs; the static asserts below and the Rust tests
+ * once in host/datapath/src/layout.rs; the static asserts below and the Rust tests
  * there pin both to the same sizes and offsets.
  */
 #ifndef WEFT_LAYOUT_H

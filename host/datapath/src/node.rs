@@ -5,13 +5,13 @@ use super::{
     Datapath, DatapathConfig, Endpoint, EndpointInfo, Error, MapWriter, PolicyKey, WriterStats,
     FROM_ENDPOINT, TO_ENDPOINT,
 };
-use crate::ipcache::IpCache;
-use crate::netns::in_netns;
 use aya::programs::TcAttachType;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use weft_state::ipcache::IpCache;
+use weft_sys::netns::in_netns;
 
 /// How the agent's datapath is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]

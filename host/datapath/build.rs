@@ -9,7 +9,7 @@ const PROGRAMS: [&str; 2] = ["generation", "baseline"];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    let bpf = manifest.join("../bpf");
+    let bpf = manifest.join("../../bpf");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it"));
     println!("cargo:rerun-if-changed={}", bpf.display());
     println!("cargo:rerun-if-env-changed=WEFT_CLANG");

@@ -3,10 +3,10 @@
 //! held across a syscall.
 
 use super::layout::{ipcache_key, IpcacheKey, IpcacheKeyData, RemoteEndpointInfo};
-use crate::ipcache::{Change, Listener, Prefix};
 use aya::maps::{HashMap, LpmTrie, MapData, MapError};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
+use weft_state::ipcache::{Change, Listener, Prefix};
 
 /// A generation's ipcache: host prefixes in a hash map, the others in the LPM trie
 /// (see `bpf/include/weft/datapath.h` for why).
@@ -160,7 +160,7 @@ fn write_loop(shared: &Shared, map: &IpcacheMap) {
     // The prefixes in the map: its entry count without walking it.
     let mut present = std::collections::HashSet::new();
     // A full map fails every write after it: the log says so at a bounded rate.
-    let log_limit = crate::loglimit::LogLimit::per_second("ipcache map write failures");
+    let log_limit = weft_sys::loglimit::LogLimit::per_second("ipcache map write failures");
     loop {
         let (batch, upto) = {
             let mut q = shared.queue.lock().expect("map writer lock");

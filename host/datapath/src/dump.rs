@@ -4,11 +4,11 @@
 
 use super::layout::{prefix_of, IpcacheKey, IpcacheKeyData, RemoteEndpointInfo};
 use super::{generations, Error, IPCACHE_HOSTS_MAP, IPCACHE_MAP};
-use crate::ipcache::Prefix;
 use aya::maps::{HashMap, LpmTrie, Map, MapData};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::path::Path;
+use weft_state::ipcache::Prefix;
 
 /// A generation's ipcache maps, both of them, as one list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,7 +35,7 @@ pub struct MapEntry {
 /// Reads generation `generation` (the newest pinned under `root` when `None`).
 ///
 /// ```no_run
-/// let dump = weft::datapath::read_ipcache("/sys/fs/bpf/weft".as_ref(), None).unwrap();
+/// let dump = weft_datapath::read_ipcache("/sys/fs/bpf/weft".as_ref(), None).unwrap();
 /// for e in &dump.entries {
 ///     println!("{} {}", e.prefix, e.identity);
 /// }

@@ -1,15 +1,15 @@
 //! The endpoint programs' maps in a generation: which endpoints it knows (by their host
 //! side's ifindex) with their enforcement, and each one's allowed flows, written from
-//! the endpoint's computed policy ([`crate::policy::EndpointPolicy`]).
+//! the endpoint's computed policy ([`weft_state::policy::EndpointPolicy`]).
 
 use super::layout::{
     EndpointInfo, PolicyKey, DIR_EGRESS, DIR_INGRESS, ENDPOINT_EGRESS_ENFORCED,
     ENDPOINT_INGRESS_ENFORCED,
 };
 use super::Error;
-use crate::policy::{Allow, EndpointPolicy};
 use aya::maps::{HashMap, MapData};
 use std::collections::BTreeSet;
+use weft_state::policy::{Allow, EndpointPolicy};
 
 /// The endpoint program on the host side's tc ingress: what the container sends.
 pub const FROM_ENDPOINT: &str = "weft_from_endpoint";

@@ -18,6 +18,16 @@
 //! to the new program in one `BPF_LINK_UPDATE`, so a packet sees either the old
 //! program with the old map or the new with the new, never a half-filled map. A
 //! generation no link uses any more is unpinned, and the kernel frees it.
+//!
+//! Owns: the BPF programs (compiled from `bpf/` by the build script, embedded), their
+//! maps and pins, the struct layouts shared with the C side (`layout`, pinned by
+//! tests), generations and per-device switching, and the endpoint policy maps.
+//! Must not know: etcd, the cluster mesh, plugins, WireGuard or the agent: it reads
+//! the state stage (`weft-state`: the ipcache's changes, endpoint policies) and runs in
+//! network namespaces through `weft-sys`.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 mod dump;
 mod endpoint;
@@ -26,7 +36,6 @@ mod map_writer;
 mod node;
 mod objects;
 
-use crate::netns::in_netns;
 pub use dump::{read_ipcache, MapDump, MapEntry};
 pub use endpoint::{policy_entries, FROM_ENDPOINT, MAX_POLICY_ENTRIES, TO_ENDPOINT};
 pub use layout::{
@@ -38,6 +47,7 @@ pub use layout::{
 pub use map_writer::{IpcacheMap, IpcacheMaps, MapWriter, WriterStats};
 pub use node::{DatapathStatus, EndpointStatus, NodeDatapath, NodeDatapathConfig};
 pub use objects::{BASELINE_OBJECT, GENERATION_OBJECT};
+use weft_sys::netns::in_netns;
 
 use aya::maps::{Array, LpmTrie, MapData};
 use aya::programs::links::{FdLink, PinnedLink};
@@ -86,7 +96,7 @@ pub enum Error {
     },
     /// A network namespace could not be entered.
     #[error(transparent)]
-    Netns(#[from] crate::netns::NetnsError),
+    Netns(#[from] weft_sys::netns::NetnsError),
 }
 
 /// Where a program is attached: a device, in a network namespace.

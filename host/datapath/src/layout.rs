@@ -4,9 +4,9 @@
 
 #![allow(unsafe_code)] // `aya::Pod` impls: plain `repr(C)` data, every bit pattern valid.
 
-use crate::ipcache::{Entry, Prefix};
 use aya::maps::lpm_trie::Key;
 use std::net::IpAddr;
+use weft_state::ipcache::{Entry, Prefix};
 
 /// `WEFT_FAMILY_IPV4`.
 pub const FAMILY_IPV4: u8 = 1;
@@ -45,7 +45,7 @@ pub type IpcacheKey = Key<IpcacheKeyData>;
 /// The map key of `prefix`.
 ///
 /// ```
-/// use weft::datapath::ipcache_key;
+/// use weft_datapath::ipcache_key;
 /// let key = ipcache_key(&"10.1.0.0/16".parse().unwrap());
 /// assert_eq!(key.prefix_len(), 32 + 16);
 /// ```
@@ -68,7 +68,7 @@ pub fn ipcache_key(prefix: &Prefix) -> IpcacheKey {
 /// writes (an unknown family, a length beyond the family's).
 ///
 /// ```
-/// use weft::datapath::{ipcache_key, prefix_of};
+/// use weft_datapath::{ipcache_key, prefix_of};
 /// let prefix = "fd00::/64".parse().unwrap();
 /// assert_eq!(prefix_of(&ipcache_key(&prefix)), Some(prefix));
 /// ```
@@ -106,7 +106,7 @@ impl RemoteEndpointInfo {
     /// The node to tunnel to, as [`Entry::tunnel_endpoint`] had it.
     ///
     /// ```
-    /// use weft::datapath::RemoteEndpointInfo;
+    /// use weft_datapath::RemoteEndpointInfo;
     /// let mut v = RemoteEndpointInfo::default();
     /// assert_eq!(v.tunnel_endpoint(), None);
     /// v.tunnel_endpoint[..4].copy_from_slice(&[192, 0, 2, 1]);
@@ -277,7 +277,7 @@ mod tests {
             identity: 70_000,
             tunnel_endpoint: Some("fd00::9".parse().unwrap()),
             encrypt_key: 0xFF,
-            source: crate::ipcache::Source::ClusterMesh,
+            source: weft_state::ipcache::Source::ClusterMesh,
             k8s: None,
         };
         let v = RemoteEndpointInfo::from(&entry);
@@ -308,7 +308,7 @@ mod tests {
                 identity: 1,
                 tunnel_endpoint: tunnel,
                 encrypt_key: 0,
-                source: crate::ipcache::Source::ClusterMesh,
+                source: weft_state::ipcache::Source::ClusterMesh,
                 k8s: None,
             };
             proptest::prop_assert_eq!(RemoteEndpointInfo::from(&entry).tunnel_endpoint(), tunnel);
