@@ -50,4 +50,5 @@ pub mod node {
     pub use weft_clustermesh::{LeasedKeys, PutError};
     pub use weft_state::node::*;
 }
-pub mod wireguard;
+/// WireGuard: the `weft-wireguard` crate.
+pub use weft_wireguard as wireguard;

@@ -101,6 +101,22 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "weft-datapath",
         &["aya", "nix", "serde", "thiserror", "tracing"],
     ),
+    // WireGuard: the device (kernel or the weft-wg helper), its peers and routes;
+    // no etcd, no wasm, no BPF, no Kubernetes.
+    (
+        "weft-wireguard",
+        &[
+            "futures",
+            "ipnet",
+            "nix",
+            "rtnetlink",
+            "serde",
+            "thiserror",
+            "tokio",
+            "tracing",
+            "wireguard-control",
+        ],
+    ),
 ];
 
 /// The workspace crates each crate may depend on.
@@ -116,6 +132,7 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
     ),
     ("weft-plugins", &["weft-hooks", "weft-sys"]),
     ("weft-datapath", &["weft-state", "weft-sys"]),
+    ("weft-wireguard", &["weft-model", "weft-state", "weft-sys"]),
     ("weft-api", &[]),
     ("weft-cni", &["weft-api"]),
     (
@@ -129,6 +146,7 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
             "weft-state",
             "weft-clustermesh",
             "weft-datapath",
+            "weft-wireguard",
             "weft-api",
         ],
     ),

@@ -17,10 +17,10 @@
 //! not been received yet.
 
 use super::LISTEN_PORT;
-use crate::ipcache::Prefix;
-use crate::node::NodeId;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use weft_state::ipcache::Prefix;
+use weft_state::node::NodeId;
 use wireguard_control::Key;
 
 /// A change to send to the device.
@@ -89,8 +89,8 @@ struct DevicePeer {
 ///
 /// # Example
 /// ```
-/// use weft::node::NodeId;
-/// use weft::wireguard::{PeerChange, PeerTable};
+/// use weft_state::node::NodeId;
+/// use weft_wireguard::{PeerChange, PeerTable};
 ///
 /// let mut table = PeerTable::default();
 /// let node = NodeId { cluster: "c2".into(), name: "n1".into() };

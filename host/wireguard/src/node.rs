@@ -3,10 +3,10 @@
 //! A device that goes away (its helper killed) is opened again by the stage.
 
 use super::{link, Error, NodeKey, PeerSync, WireGuardDevice};
-use crate::netns::in_netns;
-use crate::node::NodeId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use weft_state::node::NodeId;
+use weft_sys::netns::in_netns;
 
 /// The device's name unless configured: the established agent's is `cilium_wg0`.
 pub const DEFAULT_DEVICE: &str = "weft_wg0";

@@ -8,14 +8,14 @@
 //! killed) is opened again and given every peer the table holds.
 
 use super::{PeerTable, WireGuardDevice};
-use crate::ipcache::{Change, Listener, Prefix};
-use crate::model::Node;
-use crate::node::{NodeId, NodeListener};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use weft_model::Node;
+use weft_state::ipcache::{Change, Listener, Prefix};
+use weft_state::node::{NodeId, NodeListener};
 
 /// How often an idle stage checks that its device still answers.
 const HEALTH_CHECK: Duration = Duration::from_secs(5);

@@ -5,6 +5,16 @@
 //! standard UAPI socket. The agent starts the helper itself, or adopts one run
 //! outside it (its own container in the chart's pod). The key lives in the state
 //! directory.
+//!
+//! Owns: the node's key, the device and its helper, the peer table (one peer per
+//! remote node, AllowedIPs from the ipcache's tunnels), pod routes, and what a restart
+//! restores and later collects.
+//! Must not know: etcd, the cluster mesh, plugins or the agent. It follows the state
+//! stage (`weft-state`: nodes, ipcache changes); *when* restored peers may go is the
+//! agent's garbage gate (`weft::gc_gate`), which reads the mesh.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 mod device;
 mod key;

@@ -13,9 +13,6 @@
 //! was opened again, comes back. Only routes weft made (protocol [`ROUTE_PROTOCOL`])
 //! are ever removed.
 
-use crate::model::Node;
-use crate::netlink;
-use crate::node::{NodeId, NodeListener};
 use futures::TryStreamExt as _;
 use ipnet::IpNet;
 use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage, RouteProtocol};
@@ -28,6 +25,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
+use weft_model::Node;
+use weft_state::node::{NodeId, NodeListener};
+use weft_sys::netlink;
 
 /// The routing protocol number weft's routes carry (`ip route` shows `proto 87`): how
 /// weft knows its own routes from everyone else's.
@@ -54,8 +54,8 @@ pub enum RouteRefusal {
 ///
 /// # Example
 /// ```
-/// use weft::node::NodeId;
-/// use weft::wireguard::RouteTable;
+/// use weft_state::node::NodeId;
+/// use weft_wireguard::RouteTable;
 ///
 /// let mut table = RouteTable::new(vec!["10.1.0.0/24".parse().unwrap()]);
 /// let node = NodeId { cluster: "c2".into(), name: "n1".into() };
@@ -289,7 +289,7 @@ impl PodRoutes {
     }
 
     async fn run(self: Arc<Self>) {
-        let beat = crate::health::Beat::register("the pod routes' reconciler", RECHECK);
+        let beat = weft_sys::health::Beat::register("the pod routes' reconciler", RECHECK);
         loop {
             beat.beat();
             let wanted = self.table.lock().expect("route table lock").wanted();

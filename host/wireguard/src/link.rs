@@ -1,8 +1,8 @@
 //! The WireGuard device's MTU and state, through rtnetlink, in the calling thread's
 //! network namespace (the netlink thread is started from it, and inherits it).
 
-use crate::netlink;
 use std::io;
+use weft_sys::netlink;
 
 /// What WireGuard adds to a packet at most: an outer IPv6 header (40), UDP (8), and
 /// its own header and tag (32). The device's MTU is the native device's minus this.

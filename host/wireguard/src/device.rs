@@ -7,13 +7,13 @@
 //! Either outlives the agent, so a restarted agent finds its tunnels carrying traffic.
 
 use super::{Error, NodeKey, PeerChange, FWMARK, LISTEN_PORT};
-use crate::ipcache::Prefix;
-use crate::netns::in_netns;
 use std::collections::BTreeSet;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use weft_state::ipcache::Prefix;
+use weft_sys::netns::in_netns;
 use wireguard_control::{Backend, DeviceUpdate, InterfaceName, Key, PeerConfigBuilder};
 
 /// Where userspace devices keep their sockets (boringtun and the control crate both

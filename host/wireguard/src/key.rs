@@ -54,7 +54,7 @@ impl NodeKey {
                 .map_err(|_| bad("not a base64 WireGuard key".into()))?,
             None => {
                 let key = Key::generate_private();
-                crate::fsutil::write_atomically(
+                weft_sys::fsutil::write_atomically(
                     path,
                     format!("{}\n", key.to_base64()).as_bytes(),
                     0o600,
