@@ -33,8 +33,7 @@ lint:
 ## then `lab down`. Needs root, as
 ## the agent does. DEMO_HOLD=1 keeps the lab (remove it with `weftd lab down --name demo`).
 demo: deps plugins
-	$(CARGO) build -p weft --bin weftd --bin weft-wg
-	$(CARGO) build -p weft-cni
+	$(CARGO) build -p weft --bin weftd -p weft-wg -p weft-cni
 	@W=target/debug/weftd; \
 	$$W lab down --name demo >/dev/null 2>&1 || true; \
 	$$W lab up --name demo && $$W lab status --name demo \

@@ -8,8 +8,7 @@
 //! route to the pod on the node: what the agent does minus the address allocation, the
 //! identity and the ipcache entry.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use weft_testkit as support;
 
 use serde_json::json;
 use std::path::PathBuf;

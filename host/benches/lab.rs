@@ -5,8 +5,7 @@
 //! with nothing happening for as long. Median of 3 rounds each; every lab is removed
 //! with `lab down`. `cargo bench -p weft --bench lab` (root, BPF, /dev/net/tun).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use weft_testkit as support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -5,8 +5,7 @@
 //! One remote etcd holds 100,000 ipcache entries, 10,000 identities, 5,000 nodes and
 //! 1,000 services. The agent is the real `weftd` with the rate limit off.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use weft_testkit as support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -35,7 +35,7 @@ fn native_policy(request: &RegenerationRequest) -> Decision {
 }
 
 /// The question for a workload (`pod`) or, as the agent asks it today, the host
-/// endpoint (`weft::regeneration::host_endpoint`).
+/// endpoint (`weft::hooks::Endpoint::host`).
 fn request(pod: bool) -> RegenerationRequest {
     let endpoint = if pod {
         Endpoint {
@@ -49,7 +49,7 @@ fn request(pod: bool) -> RegenerationRequest {
             ],
         }
     } else {
-        weft::regeneration::host_endpoint()
+        weft::hooks::Endpoint::host()
     };
     RegenerationRequest {
         endpoint,

@@ -7,8 +7,7 @@
 //! `cargo bench -p weft --bench restart` (root and BPF: it makes namespaces and pins,
 //! all removed after).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use weft_testkit as support;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

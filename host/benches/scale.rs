@@ -7,8 +7,7 @@
 //! as remote etcds never share the agent's node; `WEFT_SCALE_SHARED=1` shares them all.
 //! `cargo bench -p weft --bench scale`.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use weft_testkit as support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

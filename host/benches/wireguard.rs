@@ -20,13 +20,13 @@ use weft::ipcache::{Fact, IpCache, Owner, Prefix, Source};
 use weft::model::{Node, NodeAddress};
 use weft::node::{NodeId, NodeListener as _};
 use weft::wireguard::{NodeKey, PeerSync, WireGuardDevice};
+use weft_testkit as support;
 use wireguard_control::{DeviceUpdate, Key, PeerConfigBuilder};
 
 const NODES: u32 = 1_000;
 const PER_NODE: u32 = 100;
 const CHANGES: u32 = 1_000;
 const ROUNDS: usize = 3;
-const HELPER: &str = env!("CARGO_BIN_EXE_weft-wg");
 
 fn node_ip(n: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(0xAC10_0000 + n)) // 172.16.0.0/12
@@ -120,7 +120,8 @@ fn main() {
     assert!(ok.is_ok_and(|s| s.success()), "ip netns add (root needed)");
     let name = format!("wbench{pid}");
     let path = std::path::PathBuf::from(format!("/run/netns/{}", ns.0));
-    let device = WireGuardDevice::ensure(&name, Some(&path), Path::new(HELPER)).unwrap();
+    let device =
+        WireGuardDevice::ensure(&name, Some(&path), Path::new(support::bin::weft_wg())).unwrap();
     let result = std::panic::catch_unwind(|| run(&device));
     device.stop();
     drop(ns);

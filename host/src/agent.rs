@@ -529,7 +529,7 @@ async fn regenerate_host_endpoint(
     datapath: Option<NodeDatapath>,
 ) {
     let outcome = regenerate(
-        regeneration::host_endpoint(),
+        crate::hooks::Endpoint::host(),
         crate::hooks::RegenerationReason::Restore,
         Box::new(|_, _| {}),
     )

@@ -28,7 +28,7 @@ pub use weft_plugins as plugins;
 /// The vendor's side of plugins (`weftd plugin …`): `weft_plugins::tool`.
 pub use weft_plugins::tool as plugin_tool;
 /// The node's plumbing: the `weft-sys` crate's modules, named here as before.
-pub use weft_sys::{dirwatch, fsutil, loglimit, netlink, netns, seeded};
+pub use weft_sys::{dirwatch, fsutil, loglimit, netlink, netns, seeded, stream};
 pub mod regeneration;
 pub mod state;
 /// The cluster mesh: the `weft-clustermesh` crate.

@@ -3,26 +3,12 @@
 
 use crate::clustermesh::{ClusterMesh, ClusterStatus, SyncReport, SyncTimeout};
 use crate::hooks::{
-    Answer, ClusterSync, EndpointKind, RegenerationPolicy, RegenerationReason, RegenerationRequest,
-    Verdict,
+    Answer, ClusterSync, RegenerationPolicy, RegenerationReason, RegenerationRequest, Verdict,
 };
-use crate::identity::Reserved;
 use std::time::Duration;
 use tokio::time::Instant;
 
 pub use crate::hooks::Endpoint;
-
-/// The host endpoint, as the policy sees it: the reserved `host` identity and its
-/// label, no namespace or name.
-pub fn host_endpoint() -> Endpoint {
-    Endpoint {
-        kind: EndpointKind::Host,
-        identity: Reserved::Host.id(),
-        namespace: String::new(),
-        name: String::new(),
-        labels: vec![format!("reserved:{}", Reserved::Host.name())],
-    }
-}
 
 /// The node's encryption and the configured default wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,7 +167,7 @@ pub(crate) mod tests {
         policy: &impl RegenerationPolicy,
         on_wait: OnWait,
     ) -> WaitOutcome {
-        let endpoint = host_endpoint();
+        let endpoint = Endpoint::host();
         wait_for_regeneration(
             mesh,
             policy,
@@ -263,7 +249,7 @@ pub(crate) mod tests {
         mesh.stop().await;
         let m = mesh.clone();
         let wait = tokio::spawn(async move {
-            let endpoint = host_endpoint();
+            let endpoint = Endpoint::host();
             wait_for_regeneration(
                 &m,
                 &policy,

@@ -4,7 +4,7 @@
 //! attach replaces what the first left; detach removes the pair; check notices a
 //! missing address.
 
-mod support;
+use weft_testkit as support;
 
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};

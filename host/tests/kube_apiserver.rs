@@ -2,7 +2,7 @@
 //! JSON (kube's own approach): addresses of `default/kubernetes` get the
 //! `reserved:kube-apiserver` label, and lose it when they go away.
 
-mod support;
+use weft_testkit as support;
 
 use http::{Request, Response};
 use kube::client::Body;

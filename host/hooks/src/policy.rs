@@ -9,6 +9,7 @@ use crate::Resource;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::time::Duration;
+use weft_model::Reserved;
 
 /// Which kind of endpoint is being regenerated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -32,6 +33,20 @@ pub struct Endpoint {
     pub name: String,
     /// Its labels, as `source:key=value` (the host endpoint: `reserved:host`).
     pub labels: Vec<String>,
+}
+
+impl Endpoint {
+    /// The host endpoint, as a policy sees it: the reserved `host` identity and its
+    /// label, no namespace or name.
+    pub fn host() -> Endpoint {
+        Endpoint {
+            kind: EndpointKind::Host,
+            identity: Reserved::Host.id(),
+            namespace: String::new(),
+            name: String::new(),
+            labels: vec![format!("reserved:{}", Reserved::Host.name())],
+        }
+    }
 }
 
 /// Why the endpoint is regenerated.

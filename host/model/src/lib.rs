@@ -24,6 +24,7 @@ mod net;
 mod node;
 mod prefix;
 pub mod remote;
+mod reserved;
 mod resource;
 mod service;
 
@@ -34,6 +35,7 @@ pub use labels::{CLUSTER_LABEL, NAMESPACE_LABEL};
 pub use net::IpNet;
 pub use node::{Node, NodeAddress};
 pub use prefix::{Prefix, PrefixError};
+pub use reserved::Reserved;
 pub use resource::{Counts, Resource};
 pub use service::{ClusterService, L4Addr};
 

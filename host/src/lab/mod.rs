@@ -23,7 +23,6 @@ pub mod scenario;
 pub mod soak;
 pub mod spec;
 pub mod state;
-pub mod stream;
 pub mod underlay;
 pub mod up;
 pub mod view;

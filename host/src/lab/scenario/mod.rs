@@ -24,13 +24,13 @@ pub use restart::{idle_gap, restart};
 use super::process;
 use super::spec::{NodeRef, PodRef, Spec, POD_PORT};
 use super::state::{LabState, Made};
-use super::stream::Stream;
 use super::LabError;
 use crate::endpoint::regeneration::Regeneration;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use weft_sys::stream::Stream;
 
 /// How long cluster2's etcd stays frozen.
 pub const ETCD_PAUSE: Duration = Duration::from_secs(10);
