@@ -117,6 +117,30 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "wireguard-control",
         ],
     ),
+    // The endpoints: rtnetlink for their links, the mesh's crates for their waits and
+    // identities, the datapath for their switch; no etcd client of its own, no wasm,
+    // no Kubernetes.
+    (
+        "weft-endpoint",
+        &[
+            "futures",
+            "hex",
+            "humantime",
+            "ipnet",
+            "rtnetlink",
+            "serde",
+            "serde_json",
+            "sha2",
+            "thiserror",
+            "tokio",
+            "tracing",
+        ],
+    ),
+    // The Kubernetes sources: kube-rs, and the state stage they write to.
+    (
+        "weft-k8s",
+        &["futures", "k8s-openapi", "kube", "tokio", "tracing"],
+    ),
     // The userspace device helper: boringtun, and the run directory it shares with
     // weft-wireguard.
     ("weft-wg", &["boringtun", "nix"]),
@@ -161,6 +185,21 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
     ("weft-datapath", &["weft-state", "weft-sys"]),
     ("weft-wireguard", &["weft-model", "weft-state", "weft-sys"]),
     ("weft-wg", &["weft-wireguard"]),
+    ("weft-k8s", &["weft-state"]),
+    // The endpoints sit beside the datapath: a regeneration ends by switching the
+    // endpoint into the node's datapath, so the switch names it (never the reverse).
+    (
+        "weft-endpoint",
+        &[
+            "weft-api",
+            "weft-model",
+            "weft-sys",
+            "weft-hooks",
+            "weft-state",
+            "weft-clustermesh",
+            "weft-datapath",
+        ],
+    ),
     (
         "weft-testkit",
         &[
@@ -189,6 +228,8 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
             "weft-clustermesh",
             "weft-datapath",
             "weft-wireguard",
+            "weft-endpoint",
+            "weft-k8s",
             "weft-api",
         ],
     ),

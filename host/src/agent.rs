@@ -13,7 +13,7 @@ use crate::model::{Node, NodeAddress};
 use crate::node::{run_registration, NodeId, Registration};
 use crate::plugins::{self, CompileCache, PluginDir, PluginHost, TrustPolicy};
 use crate::policy::PolicySet;
-use crate::regeneration::{self, wait_for_regeneration, RegenerationConfig};
+use crate::regeneration::{wait_for_regeneration, RegenerationConfig};
 use crate::state::{LocalKvStore, State};
 use crate::wireguard::{
     self, NodeKey, NodeWireGuard, NodeWireGuardConfig, PeerSyncStatus, PodRoutes,
@@ -250,7 +250,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let cell = mesh_cell.clone();
         Arc::new(move || {
             cell.get()
-                .map(|m| m.status().iter().map(regeneration::cluster_sync).collect())
+                .map(|m| {
+                    m.status()
+                        .iter()
+                        .map(crate::clustermesh::ClusterStatus::hook_view)
+                        .collect()
+                })
                 .unwrap_or_default()
         })
     };

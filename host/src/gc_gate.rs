@@ -7,10 +7,9 @@
 //! Then the peer-gc policy (the plugins) may hold the removal back, for a time the host
 //! has clamped (a vendor that knows its remote nodes re-register slowly).
 
-use crate::clustermesh::ClusterMesh;
+use crate::clustermesh::{ClusterMesh, ClusterStatus};
 use crate::hooks::{PeerGcPolicy, PeerGcRequest, PeerGcVerdict, RestoredPeer};
 use crate::metrics::{Waiter, Waits};
-use crate::regeneration::cluster_sync;
 use crate::wireguard::{PeerSync, PodRoutes};
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,7 +124,12 @@ impl<P: PeerGcPolicy> GarbageGate<P> {
         if peers.is_empty() {
             return;
         }
-        let clusters = self.mesh.status().iter().map(cluster_sync).collect();
+        let clusters = self
+            .mesh
+            .status()
+            .iter()
+            .map(ClusterStatus::hook_view)
+            .collect();
         let answer = self
             .policy
             .peer_gc_policy(PeerGcRequest { peers, clusters })
@@ -149,10 +153,25 @@ impl<P: PeerGcPolicy> GarbageGate<P> {
 mod tests {
     use super::*;
     use crate::hooks::Answer;
-    use crate::regeneration::tests::mesh_with_pending_c2;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Mutex;
     use tokio::time::Instant;
+
+    /// A mesh whose one remote cluster, `c2`, never answers (a closed loopback port):
+    /// its barriers stay pending.
+    async fn mesh_with_pending_c2() -> ClusterMesh {
+        let mesh = ClusterMesh::new(
+            crate::clustermesh::Config::default(),
+            Arc::new(crate::clustermesh::NoObserver),
+            crate::clustermesh::SyncCallbacks::default(),
+        );
+        let unreachable = crate::kvstore::Endpoints {
+            urls: vec!["http://127.0.0.1:1".into()],
+            tls: Default::default(),
+        };
+        mesh.upsert_cluster("c2", Ok(unreachable)).await;
+        mesh
+    }
 
     /// Answers every peer-gc question with `verdict`, counting the questions.
     struct Fixed(PeerGcVerdict, Arc<Mutex<Vec<PeerGcRequest>>>);

@@ -9,13 +9,17 @@ pub mod api;
 pub mod cli;
 /// The BPF datapath: the `weft-datapath` crate.
 pub use weft_datapath as datapath;
-pub mod endpoint;
+/// Endpoints on this node: the `weft-endpoint` crate.
+pub use weft_endpoint as endpoint;
 pub mod gc_gate;
 pub mod health;
-pub mod k8s;
+/// Kubernetes sources: the `weft-k8s` crate.
+pub use weft_k8s as k8s;
 #[cfg(feature = "lab")]
 pub mod lab;
 pub mod metrics;
+/// The regeneration wait on the mesh: `weft_endpoint::wait`.
+pub use weft_endpoint::wait as regeneration;
 /// The hook moments as plain Rust: the `weft-hooks` crate.
 pub use weft_hooks as hooks;
 /// etcd access: the `weft-kvstore` crate.
@@ -29,7 +33,6 @@ pub use weft_plugins as plugins;
 pub use weft_plugins::tool as plugin_tool;
 /// The node's plumbing: the `weft-sys` crate's modules, named here as before.
 pub use weft_sys::{dirwatch, fsutil, loglimit, netlink, netns, seeded, stream};
-pub mod regeneration;
 pub mod state;
 /// The cluster mesh: the `weft-clustermesh` crate.
 pub use weft_clustermesh as clustermesh;

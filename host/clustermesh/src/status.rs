@@ -34,6 +34,20 @@ pub struct ClusterStatus {
     pub synced_after_ms: SyncedAfter,
 }
 
+impl ClusterStatus {
+    /// The hooks' view of this cluster: what a plugin is told of it.
+    pub fn hook_view(&self) -> weft_hooks::ClusterSync {
+        weft_hooks::ClusterSync {
+            name: self.name.clone(),
+            connected: self.connected,
+            nodes_synced: self.synced.nodes,
+            ipcache_synced: self.synced.ipcache,
+            identities_synced: self.synced.identities,
+            services_synced: self.synced.services,
+        }
+    }
+}
+
 /// Per resource, milliseconds from the cluster's addition to its barrier's release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct SyncedAfter {

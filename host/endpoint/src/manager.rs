@@ -9,10 +9,6 @@ use super::ipam::Ipam;
 use super::link::{self, Plan};
 use super::regeneration::{self, EndpointDatapath, Regenerate, Regeneration};
 use super::store::{Phase, Record, Store};
-use crate::hooks::RegenerationReason;
-use crate::identity::GlobalAllocator;
-use crate::model::{IpIdentityPair, Label, Labels};
-use crate::node::LeasedKeys;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -20,8 +16,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use weft_api::cni::rscni_types::types::{CNIResult, Interface, IpConfig, Route};
 use weft_api::cni::{code, CniAnswer, CniCall, Command, Failure};
+use weft_clustermesh::GlobalAllocator;
+use weft_clustermesh::LeasedKeys;
+use weft_hooks::RegenerationReason;
+use weft_model::{IpIdentityPair, Label, Labels};
 
-pub use crate::model::{CLUSTER_LABEL, NAMESPACE_LABEL};
+pub use weft_model::{CLUSTER_LABEL, NAMESPACE_LABEL};
 
 /// How endpoints are made on this node.
 #[derive(Debug, Clone)]
@@ -153,7 +153,7 @@ impl EndpointManager {
         // Shows, while it waits, what the policy decided it waits for: in its own
         // entry only (a regeneration that replaced it is another task).
         let (decided, d) = (Arc::downgrade(self), key.clone());
-        let on_wait: crate::regeneration::OnWait = Box::new(move |answer, clusters| {
+        let on_wait: crate::wait::OnWait = Box::new(move |answer, clusters| {
             let Some(me) = decided.upgrade() else { return };
             let mut waits = me.waits.lock().expect("waits lock");
             if let Some((task, w)) = waits.get_mut(&d) {
@@ -420,7 +420,7 @@ impl EndpointManager {
             };
             let value = serde_json::to_vec(&pair).expect("a pair serialises");
             self.keys
-                .put(&crate::model::layout::ip(ip), value)
+                .put(&weft_model::layout::ip(ip), value)
                 .await
                 .map_err(|e| Failure::new(11, "cannot publish the ipcache entry", e.to_string()))?;
         }
@@ -465,7 +465,7 @@ impl EndpointManager {
             }
             for ip in &r.addresses {
                 self.keys
-                    .delete(&crate::model::layout::ip(ip))
+                    .delete(&weft_model::layout::ip(ip))
                     .await
                     .map_err(|e| {
                         Failure::new(11, "cannot withdraw the ipcache entry", e.to_string())

@@ -3,14 +3,14 @@
 //! a task of its own, so many wait at once; deleting the endpoint ends its wait at once.
 //!
 //! What waits is supplied by the agent ([`Regenerate`]): the mesh's barriers through
-//! [`crate::regeneration::wait_for_regeneration`], after the clustermesh directory and
+//! [`crate::wait::wait_for_regeneration`], after the clustermesh directory and
 //! the plugins present at start are in.
 
-use crate::hooks::{Answer, Endpoint, EndpointKind, RegenerationReason};
-use crate::regeneration::{OnWait, WaitOutcome};
+use crate::wait::{OnWait, WaitOutcome};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use weft_hooks::{Answer, Endpoint, EndpointKind, RegenerationReason};
 
 /// Asks the policy for an endpoint and waits as it decides, telling the [`OnWait`] what
 /// it waits for.
@@ -106,7 +106,7 @@ fn decided_by(answer: &Answer) -> String {
 
 fn verdict(answer: &Answer) -> String {
     match &answer.verdict {
-        crate::hooks::Verdict::Wait {
+        weft_hooks::Verdict::Wait {
             timeout, barriers, ..
         } => format!(
             "wait {} for {barriers:?}",

@@ -1,14 +1,12 @@
 //! How long an endpoint's regeneration waits for remote state: the plugins' policy
 //! asked, bounded by the host, then carried out on the mesh's barriers.
 
-use crate::clustermesh::{ClusterMesh, ClusterStatus, SyncReport, SyncTimeout};
-use crate::hooks::{
-    Answer, ClusterSync, RegenerationPolicy, RegenerationReason, RegenerationRequest, Verdict,
-};
 use std::time::Duration;
 use tokio::time::Instant;
+use weft_clustermesh::{ClusterMesh, ClusterStatus, SyncReport, SyncTimeout};
+use weft_hooks::{Answer, RegenerationPolicy, RegenerationReason, RegenerationRequest, Verdict};
 
-pub use crate::hooks::Endpoint;
+pub use weft_hooks::Endpoint;
 
 /// The node's encryption and the configured default wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,18 +32,6 @@ pub struct WaitOutcome {
 /// wait took (by name), before it waits. What an endpoint listing shows while it waits.
 pub type OnWait = Box<dyn FnOnce(&Answer, &[&str]) + Send>;
 
-/// The hook's view of one remote cluster.
-pub fn cluster_sync(s: &ClusterStatus) -> ClusterSync {
-    ClusterSync {
-        name: s.name.clone(),
-        connected: s.connected,
-        nodes_synced: s.synced.nodes,
-        ipcache_synced: s.synced.ipcache,
-        identities_synced: s.synced.identities,
-        services_synced: s.synced.services,
-    }
-}
-
 /// Asks the policy for `endpoint`, regenerated for `reason`, and waits as it decides.
 /// The wait is bounded by the verdict's timeout, which the host has already clamped.
 /// `on_wait` learns what it waits for before it waits.
@@ -64,7 +50,7 @@ pub async fn wait_for_regeneration(
         ipsec: config.ipsec,
         wireguard: config.wireguard,
         default_timeout_ms: u64::try_from(config.default_timeout.as_millis()).unwrap_or(u64::MAX),
-        clusters: mesh.status().iter().map(cluster_sync).collect(),
+        clusters: mesh.status().iter().map(ClusterStatus::hook_view).collect(),
     };
     tracing::info!(endpoint = ?kind, ?reason, "asking the regeneration policy");
     let answer = plugins.regeneration_policy(request).await;
@@ -102,12 +88,12 @@ pub async fn wait_for_regeneration(
 /// exactly when nothing else can happen first. The mesh has one remote cluster, `c2`,
 /// whose etcd (a closed loopback port) never answers: its barriers stay pending.
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::clustermesh::{Config, NoObserver, SyncCallbacks};
-    use crate::hooks::Resource;
-    use crate::kvstore::Endpoints;
     use std::sync::{Arc, Mutex};
+    use weft_clustermesh::{Config, NoObserver, SyncCallbacks};
+    use weft_hooks::Resource;
+    use weft_kvstore::Endpoints;
 
     /// Answers every question with `verdict`, decided by "fixed".
     struct Fixed(Verdict);
@@ -130,7 +116,7 @@ pub(crate) mod tests {
     }
 
     /// A mesh whose one remote cluster, `c2`, never answers (a closed loopback port).
-    pub(crate) async fn mesh_with_pending_c2() -> ClusterMesh {
+    async fn mesh_with_pending_c2() -> ClusterMesh {
         let mesh = ClusterMesh::new(
             Config::default(),
             Arc::new(NoObserver),

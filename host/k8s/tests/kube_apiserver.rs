@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::{eventually, within};
 use tower_test::mock;
-use weft::identity::Reserved;
-use weft::ipcache::{Entry, Fact, IpCache, Owner, Source};
+use weft_state::identity::Reserved;
+use weft_state::ipcache::{Entry, Fact, IpCache, Owner, Source};
 
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
@@ -79,10 +79,7 @@ async fn endpoint_addresses_are_labelled_kube_apiserver_and_lose_it_when_gone() 
 
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
-    let source = tokio::spawn(weft::k8s::run_kube_apiserver_source(
-        client,
-        ipcache.clone(),
-    ));
+    let source = tokio::spawn(weft_k8s::run_kube_apiserver_source(client, ipcache.clone()));
     let lookup = |ip: &str| ipcache.lookup(ip.parse().unwrap());
     let wait = |what: &'static str, f: Box<dyn Fn() -> bool>| {
         eventually(what, Duration::from_secs(30), move || f().then_some(()))
@@ -156,5 +153,5 @@ async fn the_source_is_off_without_a_kubernetes_configuration() {
     // No kubeconfig, no in-cluster service account in this environment.
     std::env::set_var("KUBECONFIG", "/nonexistent/weft-test-kubeconfig");
     std::env::remove_var("KUBERNETES_SERVICE_HOST");
-    assert!(weft::k8s::client_if_configured().await.is_none());
+    assert!(weft_k8s::client_if_configured().await.is_none());
 }

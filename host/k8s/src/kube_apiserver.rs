@@ -1,7 +1,5 @@
 //! The `default/kubernetes` endpoints as `reserved:kube-apiserver` facts.
 
-use crate::identity::Reserved;
-use crate::ipcache::{Fact, IpCache, Owner, Prefix, Source};
 use futures::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -9,6 +7,8 @@ use kube::Api;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
+use weft_state::identity::Reserved;
+use weft_state::ipcache::{Fact, IpCache, Owner, Prefix, Source};
 
 /// The label that ties EndpointSlices to their service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name=kubernetes";

@@ -10,7 +10,7 @@ use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 use support::netns::Netns;
-use weft::endpoint::link::{self, Plan};
+use weft_endpoint::link::{self, Plan};
 
 fn plan(container: &Netns) -> Plan {
     Plan {

@@ -1,6 +1,12 @@
 //! Kubernetes sources. Optional: off when neither a kubeconfig nor an in-cluster
 //! configuration is present.
 //!
+//! Owns the agent's kube-rs client and its watchers; what they see becomes facts of
+//! the state stage (`weft-state`). Must not know etcd, the mesh, the datapath or the
+//! plugins: the state stage is the only thing it writes to.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+//!
 //! [`run_kube_apiserver_source`] watches the EndpointSlices of `default/kubernetes`; their
 //! addresses get the `reserved:kube-apiserver` label in the ipcache, with source
 //! `kube-apiserver`, and lose it when they go away.

@@ -200,7 +200,7 @@ fn nth(cidr: &IpNet, i: u128) -> IpAddr {
 
 fn store(path: &Path, pool: &Pool) -> Result<(), Error> {
     let bytes = serde_json::to_vec_pretty(pool).expect("a pool serialises");
-    crate::fsutil::write_atomically(path, &bytes, 0o600).map_err(|e| Error::State {
+    weft_sys::fsutil::write_atomically(path, &bytes, 0o600).map_err(|e| Error::State {
         path: path.into(),
         reason: e.to_string(),
     })

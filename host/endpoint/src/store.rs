@@ -110,7 +110,7 @@ impl Store {
     /// When it cannot be written.
     pub fn put(&self, record: &Record) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(record).expect("a record serialises");
-        crate::fsutil::write_atomically(&self.path(&record.key), &bytes, 0o600)?;
+        weft_sys::fsutil::write_atomically(&self.path(&record.key), &bytes, 0o600)?;
         self.memory
             .lock()
             .expect("records lock")
@@ -194,8 +194,8 @@ mod tests {
     #[test]
     fn a_records_regeneration_round_trips() {
         let mut r: Record = serde_json::from_str(OLD).unwrap();
-        r.regeneration = Some(crate::endpoint::regeneration::waiting(
-            crate::hooks::RegenerationReason::Create,
+        r.regeneration = Some(crate::regeneration::waiting(
+            weft_hooks::RegenerationReason::Create,
         ));
         let back: Record = serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
         assert_eq!(back, r);

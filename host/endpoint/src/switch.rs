@@ -6,14 +6,14 @@
 use super::manager::EndpointManager;
 use super::regeneration::EndpointDatapath;
 use super::store::Record;
-use crate::datapath::NodeDatapath;
-use crate::hooks::RegenerationReason;
-use crate::policy::PolicySet;
-use crate::state::State;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use weft_datapath::NodeDatapath;
+use weft_hooks::RegenerationReason;
+use weft_state::policy::PolicySet;
+use weft_state::State;
 
 /// Switches workload endpoints to the node's datapath with their policy computed from
 /// the policies and the identities known at that moment, and regenerates those whose
@@ -33,8 +33,8 @@ pub struct EndpointSwitch {
 type EndpointEntries = (
     u32,
     String,
-    crate::datapath::EndpointInfo,
-    std::collections::BTreeSet<crate::datapath::PolicyKey>,
+    weft_datapath::EndpointInfo,
+    std::collections::BTreeSet<weft_datapath::PolicyKey>,
 );
 
 /// The identities (at one version of the cache) and the policies, and the endpoint
@@ -44,8 +44,8 @@ type EndpointEntries = (
 struct PolicySnapshot {
     version: u64,
     policies: Arc<PolicySet>,
-    identities: BTreeMap<u32, Arc<crate::model::Labels>>,
-    computed: std::collections::HashMap<String, crate::policy::EndpointPolicy>,
+    identities: BTreeMap<u32, Arc<weft_model::Labels>>,
+    computed: std::collections::HashMap<String, weft_state::policy::EndpointPolicy>,
 }
 
 /// How long changes gather before the endpoints are looked at: a cluster's identities
@@ -75,18 +75,15 @@ impl EndpointSwitch {
             .as_ref()
             .ok_or("the endpoint has no interfaces")?;
         let policy = self.policy(&r.labels)?;
-        let (info, keys) = crate::datapath::policy_entries(
-            a.host_ifindex,
-            r.identity.unwrap_or_default(),
-            &policy,
-        )
-        .map_err(|e| e.to_string())?;
+        let (info, keys) =
+            weft_datapath::policy_entries(a.host_ifindex, r.identity.unwrap_or_default(), &policy)
+                .map_err(|e| e.to_string())?;
         Ok((a.host_ifindex, a.host_ifname.clone(), info, keys))
     }
 
     /// The policy of an endpoint labelled `labels`, from the snapshot, which is read
     /// again only when the identities or the policies changed.
-    fn policy(&self, labels: &str) -> Result<crate::policy::EndpointPolicy, String> {
+    fn policy(&self, labels: &str) -> Result<weft_state::policy::EndpointPolicy, String> {
         let policies = self.policies.borrow().clone();
         let mut snapshot = self.snapshot.lock().expect("snapshot lock");
         let current = {
@@ -106,8 +103,8 @@ impl EndpointSwitch {
         if let Some(p) = s.computed.get(labels) {
             return Ok(p.clone());
         }
-        let parsed: crate::model::Labels = labels.parse()?;
-        let p = crate::policy::compute(&s.policies.policies, &parsed, &s.identities);
+        let parsed: weft_model::Labels = labels.parse()?;
+        let p = weft_state::policy::compute(&s.policies.policies, &parsed, &s.identities);
         s.computed.insert(labels.to_owned(), p.clone());
         Ok(p)
     }

@@ -21,8 +21,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
-pub use crate::netlink::Error;
-use crate::netlink::{delete_link, failed, in_namespace, link, mac, name};
+pub use weft_sys::netlink::Error;
+use weft_sys::netlink::{delete_link, failed, in_namespace, link, mac, name};
 
 /// Prefix of the host side's name; with the key's hash, at most 15 bytes.
 pub const HOST_PREFIX: &str = "wft";
@@ -76,7 +76,7 @@ pub struct Attachment {
 /// # Errors
 /// [`Error`] naming the step and the interface.
 pub async fn attach(node_netns: Option<&Path>, plan: &Plan) -> Result<Attachment, Error> {
-    let container = crate::netns::open(&plan.netns)?;
+    let container = weft_sys::netns::open(&plan.netns)?;
     let host_if = host_ifname(&plan.key);
     let peer_if = peer_ifname(&plan.key);
     let (p, hi, pi) = (plan.clone(), host_if.clone(), peer_if.clone());
