@@ -44,7 +44,7 @@ async fn run() -> anyhow::Result<()> {
             };
             match args.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-                Output::Text => print!("{}", cli::render_status(&report)),
+                Output::Text => print!("{}", report),
             }
         }
         Command::Ipcache(IpcacheCommand::List(args)) => {
@@ -53,14 +53,14 @@ async fn run() -> anyhow::Result<()> {
                 .context("is weftd running with this --state-dir?")?;
             match args.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
-                Output::Text => print!("{}", cli::render_ipcache(&rows)),
+                Output::Text => print!("{}", weft::api::IpCacheTable(&rows)),
             }
         }
         Command::Ipcache(IpcacheCommand::Map(args)) => {
             let dump = weft::datapath::read_ipcache(&args.bpf_root, args.generation)?;
             match args.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&dump)?),
-                Output::Text => print!("{}", cli::render_map(&dump)),
+                Output::Text => print!("{}", dump),
             }
         }
         Command::Endpoint(EndpointCommand::List(args)) => {
@@ -69,7 +69,7 @@ async fn run() -> anyhow::Result<()> {
                 .context("is weftd running with this --state-dir?")?;
             match args.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
-                Output::Text => print!("{}", cli::render_endpoints(&rows)),
+                Output::Text => print!("{}", weft::api::EndpointTable(&rows)),
             }
         }
         Command::Plugin(PluginCommand::Keygen { out }) => {
@@ -155,7 +155,7 @@ async fn run() -> anyhow::Result<()> {
         #[cfg(feature = "lab")]
         Command::Lab(command) => lab(command).await?,
         Command::ClusterConfig(args) => {
-            cli::write_cluster_config(&args).await?;
+            cli::config::write_cluster_config(&args).await?;
             println!(
                 "cluster config of {} (id {}) written",
                 args.cluster_name, args.cluster_id
@@ -305,7 +305,7 @@ async fn wait_ready(
     loop {
         let why = match weft::api::fetch_status(state_dir).await {
             Ok(report) => {
-                let pending = cli::pending_clusters(&report);
+                let pending = report.pending_clusters();
                 if pending.is_empty() {
                     return Ok(report);
                 }

@@ -53,6 +53,10 @@ pub use weft_model::remote::{ClusterEvent, Kept, NoObserver, Observer, Value};
 
 use std::time::Duration;
 
+/// The largest valid cluster ID unless configured otherwise (`--max-connected-clusters`;
+/// 511 is the extended mode), as the agents check it and the cluster config announces it.
+pub const DEFAULT_MAX_CONNECTED_CLUSTERS: u32 = 255;
+
 /// The mesh's configuration, parsed once at the edge.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -78,7 +82,7 @@ impl Default for Config {
         Self {
             cluster_name: "default".into(),
             cluster_id: 0,
-            max_connected_clusters: 255,
+            max_connected_clusters: DEFAULT_MAX_CONNECTED_CLUSTERS,
             max_keys_per_cluster: 1_000_000,
             kvstore: weft_kvstore::Config::default(),
             cluster_config_timeout: Duration::from_secs(180),

@@ -103,3 +103,31 @@ fn entry((key, info): (IpcacheKey, RemoteEndpointInfo)) -> Result<(Prefix, MapEn
     };
     Ok((prefix, row))
 }
+
+/// The human view of `weftd ipcache map`.
+impl std::fmt::Display for MapDump {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dump = self;
+        writeln!(
+            f,
+            "generation {}: {} entries\n{:<43} {:>10} {:<39} {:>3}",
+            dump.generation,
+            dump.entries.len(),
+            "PREFIX",
+            "IDENTITY",
+            "TUNNEL ENDPOINT",
+            "KEY"
+        )?;
+        for e in &dump.entries {
+            let tunnel = e
+                .tunnel_endpoint
+                .map_or("-".to_owned(), |ip| ip.to_string());
+            writeln!(
+                f,
+                "{:<43} {:>10} {:<39} {:>3}",
+                e.prefix, e.identity, tunnel, e.encrypt_key
+            )?;
+        }
+        Ok(())
+    }
+}

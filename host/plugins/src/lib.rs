@@ -32,6 +32,7 @@ mod loader;
 mod manifest;
 mod record;
 mod replay;
+mod report_text;
 mod runtime;
 mod set;
 mod shadow;

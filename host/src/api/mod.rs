@@ -7,9 +7,11 @@
 //! out what `weft-cni` relays from a container runtime ([`weft_api::cni`]).
 
 mod client;
+mod display;
 mod server;
 
 pub use client::{fetch_endpoints, fetch_ipcache, fetch_status};
+pub use display::{EndpointTable, IpCacheTable};
 pub use server::{serve, CniHandler, Handlers};
 pub use weft_api::socket_path;
 

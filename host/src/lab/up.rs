@@ -211,7 +211,8 @@ async fn start_etcd(state: &mut LabState, c: u8) -> Result<String, LabError> {
     let config = crate::model::ClusterConfig {
         id: u32::from(c),
         capabilities: crate::model::Capabilities {
-            max_connected_clusters: 255,
+            // The lab's agents run with the default `--max-connected-clusters`.
+            max_connected_clusters: crate::clustermesh::DEFAULT_MAX_CONNECTED_CLUSTERS,
             ..Default::default()
         },
     };

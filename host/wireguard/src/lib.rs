@@ -23,6 +23,7 @@ mod node;
 mod peers;
 mod routes;
 mod stage;
+mod status_text;
 
 pub use device::{
     WireGuardDevice, NO_USERSPACE_IMPLEMENTATION, RUN_DIR, START_TIMEOUT, UAPI_TIMEOUT,
