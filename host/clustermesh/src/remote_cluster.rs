@@ -9,6 +9,7 @@ use super::{BarrierState, ClusterEvent, ClusterInfo, Observer, Resource, SyncCal
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use weft_kvstore::{self as kvstore, Event};
+pub(crate) use weft_sys::error_chain;
 
 /// Which of a connection's streams an event or error came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -264,18 +265,6 @@ impl RemoteCluster {
             synced_after_ms: SyncedAfter::from_array(inner.synced_after_ms),
         }
     }
-}
-
-/// An error with its sources, one line.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -42,42 +42,41 @@ pub struct MapEntry {
 /// ```
 ///
 /// # Errors
-/// [`Error::Bpffs`] when no such generation is pinned, [`Error::Map`] when a map
-/// cannot be opened or read, or holds a key weft does not write.
+/// [`Error::NoGeneration`] when no such generation is pinned, [`Error::Map`] when a
+/// map cannot be opened or read, [`Error::ForeignKey`] when it holds a key weft does
+/// not write.
 pub fn read_ipcache(root: &Path, generation: Option<u64>) -> Result<MapDump, Error> {
     let pinned = generations(root);
     let (generation, dir) = match generation {
         Some(g) => pinned.get_key_value(&g),
         None => pinned.last_key_value(),
     }
-    .ok_or_else(|| Error::Bpffs {
-        path: root.into(),
-        reason: match generation {
-            Some(g) => format!("no generation {g} pinned"),
-            None => "no generation pinned".into(),
-        },
+    .ok_or_else(|| Error::NoGeneration {
+        root: root.into(),
+        generation,
     })?;
-    let map_err = |name: &str, e: &dyn std::fmt::Display| Error::Map {
-        map: format!("{}/{name}", dir.display()),
-        reason: e.to_string(),
+    let map = |name: &str| format!("{}/{name}", dir.display());
+    let map_err = |name: &str| {
+        let map = map(name);
+        move |source| Error::Map { map, source }
     };
     let open = |name: &str| {
         MapData::from_pin(dir.join(name))
             .and_then(Map::from_map_data)
-            .map_err(|e| map_err(name, &e))
+            .map_err(map_err(name))
     };
     let mut entries = Vec::new();
     let hosts: HashMap<_, IpcacheKey, RemoteEndpointInfo> =
-        HashMap::try_from(open(IPCACHE_HOSTS_MAP)?).map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?;
+        HashMap::try_from(open(IPCACHE_HOSTS_MAP)?).map_err(map_err(IPCACHE_HOSTS_MAP))?;
     for item in hosts.iter() {
-        let e = item.map_err(|e| e.to_string()).and_then(entry);
-        entries.push(e.map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?);
+        let kv = item.map_err(map_err(IPCACHE_HOSTS_MAP))?;
+        entries.push(entry(kv, || map(IPCACHE_HOSTS_MAP))?);
     }
     let prefixes: LpmTrie<_, IpcacheKeyData, RemoteEndpointInfo> =
-        LpmTrie::try_from(open(IPCACHE_MAP)?).map_err(|e| map_err(IPCACHE_MAP, &e))?;
+        LpmTrie::try_from(open(IPCACHE_MAP)?).map_err(map_err(IPCACHE_MAP))?;
     for item in prefixes.iter() {
-        let e = item.map_err(|e| e.to_string()).and_then(entry);
-        entries.push(e.map_err(|e| map_err(IPCACHE_MAP, &e))?);
+        let kv = item.map_err(map_err(IPCACHE_MAP))?;
+        entries.push(entry(kv, || map(IPCACHE_MAP))?);
     }
     entries.sort_by_key(|(prefix, _)| *prefix);
     Ok(MapDump {
@@ -86,14 +85,16 @@ pub fn read_ipcache(root: &Path, generation: Option<u64>) -> Result<MapDump, Err
     })
 }
 
-/// One map row in the ipcache's terms, with its prefix to sort by.
-fn entry((key, info): (IpcacheKey, RemoteEndpointInfo)) -> Result<(Prefix, MapEntry), String> {
-    let prefix = prefix_of(&key).ok_or_else(|| {
-        format!(
-            "a key weft does not write: family {}, length {}",
-            key.data().family,
-            key.prefix_len()
-        )
+/// One map row in the ipcache's terms, with its prefix to sort by; a key weft never
+/// writes is an error naming `map`.
+fn entry(
+    (key, info): (IpcacheKey, RemoteEndpointInfo),
+    map: impl FnOnce() -> String,
+) -> Result<(Prefix, MapEntry), Error> {
+    let prefix = prefix_of(&key).ok_or_else(|| Error::ForeignKey {
+        map: map(),
+        family: key.data().family,
+        prefix_len: key.prefix_len(),
     })?;
     let row = MapEntry {
         prefix: prefix.to_string(),

@@ -32,7 +32,7 @@ pub(super) struct EndpointMaps {
 /// The map entries of endpoint `ifindex` (identity `identity`) under `policy`.
 ///
 /// # Errors
-/// [`Error::Endpoint`] when the policy needs more than [`MAX_POLICY_ENTRIES`].
+/// [`Error::PolicyTooLarge`] when the policy needs more than [`MAX_POLICY_ENTRIES`].
 pub fn policy_entries(
     ifindex: u32,
     identity: u32,
@@ -62,11 +62,9 @@ pub fn policy_entries(
                     direction,
                 });
                 if keys.len() > MAX_POLICY_ENTRIES {
-                    return Err(Error::Endpoint {
-                        endpoint: format!("ifindex {ifindex}"),
-                        reason: format!(
-                            "its policy needs more than {MAX_POLICY_ENTRIES} entries (wide port ranges)"
-                        ),
+                    return Err(Error::PolicyTooLarge {
+                        ifindex,
+                        max: MAX_POLICY_ENTRIES,
                     });
                 }
             }
@@ -87,14 +85,11 @@ impl EndpointMaps {
         info: EndpointInfo,
         keys: &BTreeSet<PolicyKey>,
     ) -> Result<(), Error> {
-        let err = |reason: String| Error::Map {
-            map: POLICY_MAP.into(),
-            reason,
-        };
         for k in keys {
-            self.policy
-                .insert(k, 1, 0)
-                .map_err(|e| err(e.to_string()))?;
+            self.policy.insert(k, 1, 0).map_err(|source| Error::Map {
+                map: POLICY_MAP.into(),
+                source,
+            })?;
         }
         let stale: Vec<PolicyKey> = self
             .policy
@@ -107,9 +102,9 @@ impl EndpointMaps {
         }
         self.endpoints
             .insert(ifindex, info, 0)
-            .map_err(|e| Error::Map {
+            .map_err(|source| Error::Map {
                 map: ENDPOINTS_MAP.into(),
-                reason: e.to_string(),
+                source,
             })
     }
 

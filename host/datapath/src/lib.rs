@@ -67,32 +67,125 @@ const CONFIG_MAP: &str = "weft_config";
 /// What can go wrong in the datapath.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The directory is not on a bpffs, or cannot be made.
-    #[error("bpffs directory {path}: {reason}")]
-    Bpffs {
+    /// The datapath's directory is not on a bpffs, and none can be mounted for it.
+    #[error("bpffs directory {}: not on a bpffs (mount -t bpf bpf {BPFFS})", path.display())]
+    NotBpffs {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A bpffs could not be mounted at `/sys/fs/bpf` for the datapath's directory.
+    #[error("bpffs directory {}: mounting a bpffs at {BPFFS}", path.display())]
+    Mount {
+        /// The directory.
+        path: PathBuf,
+        /// The kernel's answer.
+        #[source]
+        source: nix::Error,
+    },
+    /// A directory of the datapath could not be made.
+    #[error("bpffs directory {}", path.display())]
+    Dir {
         /// The directory.
         path: PathBuf,
         /// Why.
-        reason: String,
+        #[source]
+        source: std::io::Error,
     },
-    /// The object could not be loaded (verifier, missing map, permissions).
-    #[error("cannot load the BPF object: {0}")]
-    Load(String),
-    /// A map operation failed.
-    #[error("BPF map {map}: {reason}")]
+    /// No generation, or not the one asked for, is pinned under the directory.
+    #[error("bpffs directory {}: {}", root.display(), match generation {
+        Some(g) => format!("no generation {g} pinned"),
+        None => "no generation pinned".to_owned(),
+    })]
+    NoGeneration {
+        /// The datapath's directory.
+        root: PathBuf,
+        /// The generation asked for; `None`: the newest.
+        generation: Option<u64>,
+    },
+    /// The BPF object could not be loaded (verifier, permissions).
+    #[error("cannot load the BPF object")]
+    Load(#[source] aya::EbpfError),
+    /// The BPF object has no map of this name (it and the loader disagree).
+    #[error("the BPF object has no map {name}")]
+    MissingMap {
+        /// The map.
+        name: &'static str,
+    },
+    /// The BPF object has no program of this name.
+    #[error("the BPF object has no program {name}")]
+    MissingProgram {
+        /// The program.
+        name: String,
+    },
+    /// A program could not be typed, loaded, inspected or run.
+    #[error("BPF program {name}: {step}")]
+    Program {
+        /// The program.
+        name: String,
+        /// What failed: `type`, `load`, `info`, `test run`.
+        step: &'static str,
+        /// aya's error.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// A program or map could not be pinned.
+    #[error("pinning {}", path.display())]
+    Pin {
+        /// The pin.
+        path: PathBuf,
+        /// aya's error.
+        #[source]
+        source: aya::pin::PinError,
+    },
+    /// A map could not be opened, typed, read or written.
+    #[error("BPF map {map}")]
     Map {
+        /// The map (its pin's path when it was opened from one).
+        map: String,
+        /// aya's error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// A pinned ipcache map holds a key weft never writes.
+    #[error("BPF map {map}: a key weft does not write: family {family}, length {prefix_len}")]
+    ForeignKey {
         /// The map.
         map: String,
-        /// Why.
-        reason: String,
+        /// The key's address family.
+        family: u8,
+        /// The key's prefix length.
+        prefix_len: u32,
     },
-    /// Attaching, switching or detaching an endpoint failed.
-    #[error("endpoint {endpoint}: {reason}")]
+    /// An endpoint's policy needs more entries than the policy map holds per endpoint.
+    #[error(
+        "endpoint ifindex {ifindex}: its policy needs more than {max} entries (wide port ranges)"
+    )]
+    PolicyTooLarge {
+        /// The endpoint's host-side ifindex.
+        ifindex: u32,
+        /// The most entries an endpoint may have.
+        max: usize,
+    },
+    /// The device to attach to is not there.
+    #[error("endpoint {device}: no such device")]
+    NoDevice {
+        /// The device.
+        device: String,
+        /// The kernel's answer.
+        #[source]
+        source: nix::Error,
+    },
+    /// Attaching, switching or detaching an endpoint's program failed.
+    #[error("endpoint {endpoint}: {step}")]
     Endpoint {
         /// The endpoint.
         endpoint: String,
-        /// Why.
-        reason: String,
+        /// What failed: `attach to DEVICE`, `link update`, `pin`, `not attached`, ….
+        step: String,
+        /// aya's (or the system's) error: program, link and pin errors each have
+        /// their own type.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A network namespace could not be entered.
     #[error(transparent)]
@@ -146,57 +239,47 @@ impl Datapath {
     /// empty ipcache map. Links and generations already pinned there keep running.
     ///
     /// # Errors
-    /// [`Error::Bpffs`] or [`Error::Load`].
+    /// [`Error::NotBpffs`], [`Error::Mount`] or [`Error::Dir`] for the directory;
+    /// [`Error::Load`], [`Error::MissingMap`], [`Error::Pin`] or [`Error::Map`] for
+    /// the object.
     pub fn open(root: &Path) -> Result<Self, Error> {
-        let bpffs = |reason: String| Error::Bpffs {
-            path: root.into(),
-            reason,
+        let make_dir = |path: PathBuf| {
+            std::fs::create_dir_all(&path).map_err(|source| Error::Dir { path, source })
         };
         ensure_bpffs(root)?;
-        std::fs::create_dir_all(root.join("links")).map_err(|e| bpffs(e.to_string()))?;
+        make_dir(root.join("links"))?;
         let id = generations(root).keys().max().map_or(1, |n| n + 1);
         let dir = root.join(format!("gen-{id}"));
-        std::fs::create_dir_all(&dir).map_err(|e| bpffs(e.to_string()))?;
+        make_dir(dir.clone())?;
         let mut ebpf = EbpfLoader::new()
             .default_map_pin_directory(root)
             .load(GENERATION_OBJECT)
-            .map_err(|e| Error::Load(format!("{e:#}")))?;
-        let map_err = |map: &str, e: &dyn std::fmt::Display| Error::Map {
-            map: map.into(),
-            reason: e.to_string(),
+            .map_err(Error::Load)?;
+        let map_err = |map: &str| {
+            let map = map.to_owned();
+            move |source| Error::Map { map, source }
         };
-        let ipcache = ebpf
-            .take_map(IPCACHE_MAP)
-            .ok_or_else(|| Error::Load(format!("no map {IPCACHE_MAP}")))?;
-        ipcache
-            .pin(dir.join(IPCACHE_MAP))
-            .map_err(|e| map_err(IPCACHE_MAP, &e))?;
-        let prefixes = LpmTrie::try_from(ipcache).map_err(|e| map_err(IPCACHE_MAP, &e))?;
-        let hosts = ebpf
-            .take_map(IPCACHE_HOSTS_MAP)
-            .ok_or_else(|| Error::Load(format!("no map {IPCACHE_HOSTS_MAP}")))?;
-        hosts
-            .pin(dir.join(IPCACHE_HOSTS_MAP))
-            .map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?;
-        let hosts =
-            aya::maps::HashMap::try_from(hosts).map_err(|e| map_err(IPCACHE_HOSTS_MAP, &e))?;
-        let mut take_pinned = |name: &str| {
-            let map = ebpf
-                .take_map(name)
-                .ok_or_else(|| Error::Load(format!("no map {name}")))?;
-            map.pin(dir.join(name)).map_err(|e| map_err(name, &e))?;
+        let mut take_pinned = |name: &'static str| {
+            let map = ebpf.take_map(name).ok_or(Error::MissingMap { name })?;
+            let path = dir.join(name);
+            map.pin(&path)
+                .map_err(|source| Error::Pin { path, source })?;
             Ok::<_, Error>(map)
         };
+        let prefixes =
+            LpmTrie::try_from(take_pinned(IPCACHE_MAP)?).map_err(map_err(IPCACHE_MAP))?;
+        let hosts = take_pinned(IPCACHE_HOSTS_MAP)?;
+        let hosts = aya::maps::HashMap::try_from(hosts).map_err(map_err(IPCACHE_HOSTS_MAP))?;
         let endpoints = endpoint::EndpointMaps {
             endpoints: aya::maps::HashMap::try_from(take_pinned(endpoint::ENDPOINTS_MAP)?)
-                .map_err(|e| map_err(endpoint::ENDPOINTS_MAP, &e))?,
+                .map_err(map_err(endpoint::ENDPOINTS_MAP))?,
             policy: aya::maps::HashMap::try_from(take_pinned(endpoint::POLICY_MAP)?)
-                .map_err(|e| map_err(endpoint::POLICY_MAP, &e))?,
+                .map_err(map_err(endpoint::POLICY_MAP))?,
         };
         let config = ebpf
             .take_map(CONFIG_MAP)
-            .ok_or_else(|| Error::Load(format!("no map {CONFIG_MAP}")))?;
-        let config = Array::try_from(config).map_err(|e| map_err(CONFIG_MAP, &e))?;
+            .ok_or(Error::MissingMap { name: CONFIG_MAP })?;
+        let config = Array::try_from(config).map_err(map_err(CONFIG_MAP))?;
         program(&mut ebpf, &dir, TO_NETDEV)?;
         tracing::info!(root = %root.display(), generation = id, "datapath generation loaded");
         let linked = links(root)
@@ -238,9 +321,9 @@ impl Datapath {
     /// # Errors
     /// [`Error::Map`].
     pub fn set_config(&mut self, config: DatapathConfig) -> Result<(), Error> {
-        self.config.set(0, config, 0).map_err(|e| Error::Map {
+        self.config.set(0, config, 0).map_err(|source| Error::Map {
             map: CONFIG_MAP.into(),
-            reason: e.to_string(),
+            source,
         })
     }
 
@@ -281,23 +364,31 @@ impl Datapath {
         name: &str,
         attach: TcAttachType,
     ) -> Result<(), Error> {
-        let bad = |reason: String| Error::Endpoint {
-            endpoint: endpoint.name.clone(),
-            reason,
+        let bad = |step: String| {
+            let endpoint = endpoint.name.clone();
+            move |e: Box<dyn std::error::Error + Send + Sync>| Error::Endpoint {
+                endpoint,
+                step,
+                source: e,
+            }
         };
         let path = self.link_path(&endpoint.name);
         let program = self.program(name)?;
         let program_id = program
             .info()
-            .map_err(|e| bad(format!("program {name}: {e}")))?
+            .map_err(|source| Error::Program {
+                name: name.into(),
+                step: "info",
+                source,
+            })?
             .id();
         match PinnedLink::from_pin(&path) {
             Ok(pinned) => {
                 let link = SchedClassifierLink::try_from(FdLink::from(pinned))
-                    .map_err(|e| bad(format!("pinned link is not a TCX link: {e}")))?;
+                    .map_err(|e| bad("pinned link is not a TCX link".into())(e.into()))?;
                 let id = program
                     .attach_to_link(link)
-                    .map_err(|e| bad(format!("link update: {e:#}")))?;
+                    .map_err(|e| bad("link update".into())(e.into()))?;
                 // The pin still names the same (updated) link: the fd can go.
                 drop(program.take_link(id));
             }
@@ -306,10 +397,12 @@ impl Datapath {
                 let id = in_netns(endpoint.netns.as_deref(), || {
                     program.attach(&device, attach)
                 })?
-                .map_err(|e| bad(format!("attach to {device}: {e:#}")))?;
-                let link = program.take_link(id).map_err(|e| bad(e.to_string()))?;
-                let link = FdLink::try_from(link).map_err(|e| bad(e.to_string()))?;
-                link.pin(&path).map_err(|e| bad(format!("pin: {e}")))?;
+                .map_err(|e| bad(format!("attach to {device}"))(e.into()))?;
+                let link = program
+                    .take_link(id)
+                    .map_err(|e| bad("take link".into())(e.into()))?;
+                let link = FdLink::try_from(link).map_err(|e| bad("fd link".into())(e.into()))?;
+                link.pin(&path).map_err(|e| bad("pin".into())(e.into()))?;
             }
         }
         tracing::info!(endpoint = %endpoint.name, generation = self.current.id, "endpoint switched");
@@ -334,7 +427,7 @@ impl Datapath {
     /// (`TC_ACT_OK` 0, `TC_ACT_REDIRECT` 7) and the kernel's average time per run.
     ///
     /// # Errors
-    /// [`Error::Load`] when the kernel refuses the run.
+    /// [`Error::Program`] when the program does not load or the kernel refuses the run.
     pub fn test_run(&mut self, packet: &[u8], mark: u32, repeat: u32) -> Result<TestRun, Error> {
         test_run(self.program(TO_NETDEV)?, packet, mark, repeat)
     }
@@ -363,7 +456,7 @@ impl Datapath {
     /// (a device of this namespace: 1, the loopback, in tests), `repeat` times.
     ///
     /// # Errors
-    /// [`Error::Load`] when the program does not load or the kernel refuses the run.
+    /// [`Error::Program`] when the program does not load or the kernel refuses the run.
     pub fn test_run_endpoint(
         &mut self,
         program: &str,
@@ -389,11 +482,13 @@ impl Datapath {
         let pinned =
             PinnedLink::from_pin(self.link_path(endpoint)).map_err(|e| Error::Endpoint {
                 endpoint: endpoint.into(),
-                reason: format!("not attached: {e}"),
+                step: "not attached".into(),
+                source: e.into(),
             })?;
         drop(pinned.unpin().map_err(|e| Error::Endpoint {
             endpoint: endpoint.into(),
-            reason: e.to_string(),
+            step: "unpin".into(),
+            source: e.into(),
         })?);
         if let Some(before) = self.linked.remove(endpoint) {
             self.release_if_unused(before);
@@ -483,7 +578,7 @@ pub const TC_ACT_REDIRECT: u32 = 7;
 /// Runs a loaded tc program on `packet` with `mark` (see [`Datapath::test_run`]).
 ///
 /// # Errors
-/// [`Error::Load`] when the kernel refuses the run.
+/// [`Error::Program`] when the kernel refuses the run.
 pub fn test_run(
     program: &SchedClassifier,
     packet: &[u8],
@@ -512,9 +607,14 @@ fn test_run_on(
     opts.data_in = Some(packet);
     opts.ctx_in = Some(&ctx);
     opts.repeat = repeat;
-    let r = program
-        .test_run(opts)
-        .map_err(|e| Error::Load(format!("test run: {e:#}")))?;
+    let r = program.test_run(opts).map_err(|source| Error::Program {
+        name: program.info().map_or_else(
+            |_| "?".into(),
+            |i| i.name_as_str().unwrap_or("?").to_owned(),
+        ),
+        step: "test run",
+        source,
+    })?;
     Ok(TestRun {
         action: r.return_value,
         duration: r.duration,
@@ -533,10 +633,6 @@ fn is_bpffs(path: &Path) -> bool {
 /// `root` is below it and nothing is mounted there yet, as an agent on a fresh node
 /// must.
 fn ensure_bpffs(root: &Path) -> Result<(), Error> {
-    let bad = |reason: String| Error::Bpffs {
-        path: root.into(),
-        reason,
-    };
     // Two datapaths opening at once must not mount twice.
     static MOUNTING: Mutex<()> = Mutex::new(());
     let _guard = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
@@ -555,11 +651,14 @@ fn ensure_bpffs(root: &Path) -> Result<(), Error> {
             nix::mount::MsFlags::empty(),
             None::<&str>,
         )
-        .map_err(|e| bad(format!("mounting a bpffs at {BPFFS}: {e}")))?;
+        .map_err(|source| Error::Mount {
+            path: root.into(),
+            source,
+        })?;
         tracing::info!("mounted a bpffs at {BPFFS}");
         return Ok(());
     }
-    Err(bad(format!("not on a bpffs (mount -t bpf bpf {BPFFS})")))
+    Err(Error::NotBpffs { path: root.into() })
 }
 
 /// Program `name` of `ebpf`, loaded and pinned in `dir` on first use.
@@ -570,16 +669,23 @@ fn program<'a>(
 ) -> Result<&'a mut SchedClassifier, Error> {
     let program: &mut SchedClassifier = ebpf
         .program_mut(name)
-        .ok_or_else(|| Error::Load(format!("no program {name}")))?
+        .ok_or_else(|| Error::MissingProgram { name: name.into() })?
         .try_into()
-        .map_err(|e| Error::Load(format!("{name}: {e}")))?;
+        .map_err(|source| Error::Program {
+            name: name.into(),
+            step: "type",
+            source,
+        })?;
     if program.fd().is_err() {
+        program.load().map_err(|source| Error::Program {
+            name: name.into(),
+            step: "load",
+            source,
+        })?;
+        let path = dir.join(name);
         program
-            .load()
-            .map_err(|e| Error::Load(format!("{name}: {e:#}")))?;
-        program
-            .pin(dir.join(name))
-            .map_err(|e| Error::Load(format!("pinning {name}: {e}")))?;
+            .pin(&path)
+            .map_err(|source| Error::Pin { path, source })?;
     }
     Ok(program)
 }

@@ -88,9 +88,9 @@ impl NodeDatapath {
             Some(device) => in_netns(config.netns.as_deref(), || {
                 nix::net::if_::if_nametoindex(device.as_str())
             })?
-            .map_err(|e| Error::Endpoint {
-                endpoint: device.clone(),
-                reason: format!("no such device: {e}"),
+            .map_err(|source| Error::NoDevice {
+                device: device.clone(),
+                source,
             })?,
             None => 0,
         };

@@ -184,12 +184,16 @@ impl EndpointManager {
             if let Some(mut r) = me.store.get(&k) {
                 if let Some(dp) = me.datapath.get().cloned() {
                     let record = r.clone();
-                    let switched = tokio::task::spawn_blocking(move || dp.switch(&record))
-                        .await
-                        .unwrap_or_else(|e| Err(e.to_string()));
-                    if let Err(e) = switched {
-                        tracing::warn!(endpoint = k, error = %e, "endpoint not switched to the new datapath");
-                        ended = regeneration::not_switched(ended, e);
+                    let switched = tokio::task::spawn_blocking(move || dp.switch(&record)).await;
+                    let failed: Option<Box<dyn std::error::Error + Send + Sync>> = match switched {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e.into()),
+                        Err(e) => Some(e.into()),
+                    };
+                    if let Some(e) = failed {
+                        let error = weft_sys::error_chain(&*e);
+                        tracing::warn!(endpoint = k, %error, "endpoint not switched to the new datapath");
+                        ended = regeneration::not_switched(ended, &*e);
                     }
                 }
                 tracing::info!(
@@ -432,7 +436,9 @@ impl EndpointManager {
         let labels: Labels = record
             .labels
             .parse()
-            .map_err(|e: String| Failure::new(5, "the record's labels are malformed", e))?;
+            .map_err(|e: weft_model::LabelsError| {
+                Failure::new(5, "the record's labels are malformed", e.to_string())
+            })?;
         let id = self.identities.acquire(&labels).await.map_err(|e| {
             Failure::new(
                 code::IDENTITY,

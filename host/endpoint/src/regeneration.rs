@@ -6,6 +6,7 @@
 //! [`crate::wait::wait_for_regeneration`], after the clustermesh directory and
 //! the plugins present at start are in.
 
+pub use crate::switch::SwitchError;
 use crate::wait::{OnWait, WaitOutcome};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -24,8 +25,8 @@ pub trait EndpointDatapath: Send + Sync {
     /// Writes the endpoint's policy and attaches (or updates) its programs.
     ///
     /// # Errors
-    /// What failed, in words.
-    fn switch(&self, record: &super::store::Record) -> Result<(), String>;
+    /// [`SwitchError`]: what the endpoint lacks, or what the datapath refused.
+    fn switch(&self, record: &super::store::Record) -> Result<(), SwitchError>;
     /// Detaches the endpoint's programs and forgets its policy.
     fn remove(&self, record: &super::store::Record);
 }
@@ -86,12 +87,13 @@ pub fn ended(r: Regeneration, outcome: &WaitOutcome, since: Instant) -> Regenera
     }
 }
 
-/// The same regeneration, whose endpoint could not be switched to the new datapath.
-pub fn not_switched(r: Regeneration, error: String) -> Regeneration {
+/// The same regeneration, whose endpoint could not be switched to the new datapath:
+/// the outcome carries the error with its sources, as the API's text.
+pub fn not_switched(r: Regeneration, error: &dyn std::error::Error) -> Regeneration {
     Regeneration {
         outcome: Outcome::NotSwitched {
             after: Box::new(r.outcome.clone()),
-            error,
+            error: weft_sys::error_chain(error),
         },
         ..r
     }

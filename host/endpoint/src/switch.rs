@@ -15,6 +15,20 @@ use weft_hooks::RegenerationReason;
 use weft_state::policy::PolicySet;
 use weft_state::State;
 
+/// Why an endpoint could not be switched into the node's datapath.
+#[derive(Debug, thiserror::Error)]
+pub enum SwitchError {
+    /// Its record has no interfaces yet (its ADD did not get that far).
+    #[error("the endpoint has no interfaces")]
+    NoInterfaces,
+    /// Its recorded labels do not parse, so no policy selects it.
+    #[error("the endpoint's labels")]
+    Labels(#[source] weft_model::LabelsError),
+    /// The datapath refused its entries or its programs.
+    #[error("the datapath")]
+    Datapath(#[source] weft_datapath::Error),
+}
+
 /// Switches workload endpoints to the node's datapath with their policy computed from
 /// the policies and the identities known at that moment, and regenerates those whose
 /// policy changes with them.
@@ -69,21 +83,18 @@ impl EndpointSwitch {
     }
 
     /// `r`'s entries under the policies and identities as they are now.
-    fn entries(&self, r: &Record) -> Result<EndpointEntries, String> {
-        let a = r
-            .attachment
-            .as_ref()
-            .ok_or("the endpoint has no interfaces")?;
+    fn entries(&self, r: &Record) -> Result<EndpointEntries, SwitchError> {
+        let a = r.attachment.as_ref().ok_or(SwitchError::NoInterfaces)?;
         let policy = self.policy(&r.labels)?;
         let (info, keys) =
             weft_datapath::policy_entries(a.host_ifindex, r.identity.unwrap_or_default(), &policy)
-                .map_err(|e| e.to_string())?;
+                .map_err(SwitchError::Datapath)?;
         Ok((a.host_ifindex, a.host_ifname.clone(), info, keys))
     }
 
     /// The policy of an endpoint labelled `labels`, from the snapshot, which is read
     /// again only when the identities or the policies changed.
-    fn policy(&self, labels: &str) -> Result<weft_state::policy::EndpointPolicy, String> {
+    fn policy(&self, labels: &str) -> Result<weft_state::policy::EndpointPolicy, SwitchError> {
         let policies = self.policies.borrow().clone();
         let mut snapshot = self.snapshot.lock().expect("snapshot lock");
         let current = {
@@ -103,7 +114,7 @@ impl EndpointSwitch {
         if let Some(p) = s.computed.get(labels) {
             return Ok(p.clone());
         }
-        let parsed: weft_model::Labels = labels.parse()?;
+        let parsed: weft_model::Labels = labels.parse().map_err(SwitchError::Labels)?;
         let p = weft_state::policy::compute(&s.policies.policies, &parsed, &s.identities);
         s.computed.insert(labels.to_owned(), p.clone());
         Ok(p)
@@ -153,12 +164,12 @@ impl EndpointSwitch {
 }
 
 impl EndpointDatapath for EndpointSwitch {
-    fn switch(&self, record: &Record) -> Result<(), String> {
+    fn switch(&self, record: &Record) -> Result<(), SwitchError> {
         let entries = self.entries(record)?;
         let (ifindex, name, info, keys) = &entries;
         self.node
             .switch_endpoint(name, *ifindex, *info, keys)
-            .map_err(|e| e.to_string())?;
+            .map_err(SwitchError::Datapath)?;
         self.written
             .lock()
             .expect("written lock")

@@ -57,21 +57,47 @@ impl FromIterator<Label> for Labels {
     }
 }
 
+/// Labels that are not `source:key=value;…`, naming the label at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelsError {
+    /// The list does not end with `;`.
+    #[error("labels {labels:?} do not end with ';'")]
+    Unterminated {
+        /// The whole list.
+        labels: String,
+    },
+    /// A label has no `source:`.
+    #[error("label {label:?} has no source")]
+    NoSource {
+        /// The label.
+        label: String,
+    },
+    /// A label's source or key is empty.
+    #[error("label {label:?} has an empty source or key")]
+    Empty {
+        /// The label.
+        label: String,
+    },
+}
+
 impl std::str::FromStr for Labels {
-    type Err = String;
+    type Err = LabelsError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let body = s
             .strip_suffix(';')
-            .ok_or_else(|| format!("labels {s:?} do not end with ';'"))?;
+            .ok_or_else(|| LabelsError::Unterminated {
+                labels: s.to_owned(),
+            })?;
         body.split(';')
             .map(|one| {
+                let label = || one.to_owned();
                 let (source, rest) = one
                     .split_once(':')
-                    .ok_or_else(|| format!("label {one:?} has no source"))?;
+                    .ok_or_else(|| LabelsError::NoSource { label: label() })?;
                 let (key, value) = rest.split_once('=').unwrap_or((rest, ""));
                 if source.is_empty() || key.is_empty() {
-                    return Err(format!("label {one:?} has an empty source or key"));
+                    return Err(LabelsError::Empty { label: label() });
                 }
                 Ok(Label {
                     source: source.to_owned(),

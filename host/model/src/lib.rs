@@ -29,7 +29,7 @@ mod resource;
 mod service;
 
 pub use cluster_config::{Capabilities, ClusterConfig};
-pub use identity::{Identity, Label, Labels};
+pub use identity::{Identity, Label, Labels, LabelsError};
 pub use ip_identity::{IpIdentityPair, NamedPort};
 pub use labels::{CLUSTER_LABEL, NAMESPACE_LABEL};
 pub use net::IpNet;

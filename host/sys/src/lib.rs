@@ -4,7 +4,8 @@
 //! conditions ([`health`]), files written whole or not at all ([`fsutil`]), a rate
 //! limit for log lines remote input drives ([`loglimit`]) and hash maps keyed by what
 //! remote clusters choose ([`seeded`]), and the TCP stream between two namespaces whose
-//! gaps judge whether a restart dropped a connection ([`stream`]).
+//! gaps judge whether a restart dropped a connection ([`stream`]), and an error told
+//! with its sources on one line ([`error_chain`]).
 //!
 //! Must not know: etcd, clusters, identities or anything else of weft's model. A piece
 //! that needs them belongs in the crate that owns them.
@@ -19,3 +20,17 @@ pub mod netlink;
 pub mod netns;
 pub mod seeded;
 pub mod stream;
+
+/// An error with its sources, on one line (`what: why: the system's answer`): how a
+/// typed error with `#[source]` causes reads in a log line, a status field or a
+/// CNI answer.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
