@@ -128,7 +128,7 @@ impl CompileCache {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => Some(e.to_string()),
             Ok(bytes) => match self.check(&path, &bytes) {
-                Err(reason) => Some(reason),
+                Err(e) => Some(e.to_string()),
                 // SAFETY: wasmtime runs the bytes as native code. They are exactly
                 // what `Component::serialize` wrote for this entry's name (the MAC
                 // under this node's key proves it), and wasmtime checks its own
@@ -168,17 +168,17 @@ impl CompileCache {
     }
 
     /// The payload of a well-formed entry whose MAC verifies.
-    fn check<'a>(&self, path: &Path, bytes: &'a [u8]) -> Result<&'a [u8], String> {
+    fn check<'a>(&self, path: &Path, bytes: &'a [u8]) -> Result<&'a [u8], EntryError> {
         let rest = bytes
             .strip_prefix(MAGIC.as_slice())
-            .ok_or("not a weft compile cache entry")?;
+            .ok_or(EntryError::NotAnEntry)?;
         if rest.len() < MAC_LEN {
-            return Err("truncated".into());
+            return Err(EntryError::Truncated);
         }
         let (mac, payload) = rest.split_at(MAC_LEN);
         self.mac_state(path, payload)
             .verify_slice(mac)
-            .map_err(|_| "integrity check failed (altered, renamed or from another node)")?;
+            .map_err(|_| EntryError::Integrity)?;
         Ok(payload)
     }
 
@@ -220,6 +220,20 @@ fn prune(dir: &Path, keep: usize) {
             tracing::warn!(entry = %path.display(), error = %e, "cannot prune the compile cache");
         }
     }
+}
+
+/// Why a cache entry is not used: it is rebuilt, and the reason reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum EntryError {
+    /// The file does not start with the entries' magic.
+    #[error("not a weft compile cache entry")]
+    NotAnEntry,
+    /// Shorter than its MAC.
+    #[error("truncated")]
+    Truncated,
+    /// The MAC does not verify under this node's key for this entry's name.
+    #[error("integrity check failed (altered, renamed or from another node)")]
+    Integrity,
 }
 
 #[cfg(test)]

@@ -144,9 +144,9 @@ impl Loader {
 pub fn read_package(path: &Path, max_component_bytes: u64) -> Read {
     let mut h = Sha256::new();
     let result = (|| {
-        let text = read_regular(path, MAX_MANIFEST_BYTES).map_err(|reason| Error::Manifest {
+        let text = read_regular(path, MAX_MANIFEST_BYTES).map_err(|e| Error::Manifest {
             path: path.into(),
-            reason,
+            reason: e.to_string(),
         })?;
         h.update(&text);
         let text = String::from_utf8(text).map_err(|_| Error::Manifest {
@@ -196,30 +196,53 @@ fn read_component(manifest: &Manifest, manifest_path: &Path, max: u64) -> Result
             dir.display()
         )));
     }
-    read_regular(&file, max).map_err(refuse)
+    read_regular(&file, max).map_err(|e| refuse(e.to_string()))
+}
+
+/// Why a plugin's file was not read.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// It cannot be opened or its type read.
+    #[error("{0}")]
+    Open(#[source] std::io::Error),
+    /// A directory, FIFO, device or socket.
+    #[error("not a regular file")]
+    NotRegular,
+    /// Larger than the limit.
+    #[error("{len} bytes, over the limit of {max}")]
+    TooLarge { len: u64, max: u64 },
+    /// Reading it failed.
+    #[error("{0}")]
+    Read(#[source] std::io::Error),
+    /// It grew past the limit while read.
+    #[error("grew over the limit of {max} bytes while read")]
+    Grew { max: u64 },
 }
 
 /// Reads `path` if it is a regular file of at most `max` bytes. Opened non-blocking, so
 /// a FIFO cannot hold the reader; its type is checked on the open file.
-fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
         .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+        .map_err(ReadError::Open)?;
+    let meta = file.metadata().map_err(ReadError::Open)?;
     if !meta.is_file() {
-        return Err("not a regular file".into());
+        return Err(ReadError::NotRegular);
     }
     if meta.len() > max {
-        return Err(format!("{} bytes, over the limit of {max}", meta.len()));
+        return Err(ReadError::TooLarge {
+            len: meta.len(),
+            max,
+        });
     }
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     file.take(max + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
+        .map_err(ReadError::Read)?;
     if bytes.len() as u64 > max {
-        return Err(format!("grew over the limit of {max} bytes while read"));
+        return Err(ReadError::Grew { max });
     }
     Ok(bytes)
 }

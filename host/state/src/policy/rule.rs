@@ -217,16 +217,48 @@ pub fn parse(file: &str, text: &str) -> Result<Policy, Refused> {
             let spec: CnpSpec =
                 serde_yaml::from_value(spec).map_err(|e| refuse(format!("spec: {e}")))?;
             let _ = spec.description;
-            cnp(name, ns.as_deref(), spec).map_err(refuse)
+            cnp(name, ns.as_deref(), spec).map_err(|e| refuse(e.to_string()))
         }
         ("networking.k8s.io/v1", "NetworkPolicy") => {
             let ns = ns.unwrap_or_else(|| "default".into());
             let spec: NpSpec =
                 serde_yaml::from_value(spec).map_err(|e| refuse(format!("spec: {e}")))?;
-            np(name, &ns, spec).map_err(refuse)
+            np(name, &ns, spec).map_err(|e| refuse(e.to_string()))
         }
         (api, kind) => Err(refuse(format!("unsupported kind {kind} of {api}"))),
     }
+}
+
+/// Why a rule of a policy cannot be enforced as written: the thing at fault, typed.
+/// Its text is what the policy's refusal says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// A `namespaceSelector` on anything but the namespace's name.
+    #[error("namespaceSelector: only matchLabels on {NAMESPACE_NAME_LABEL} is supported")]
+    NamespaceSelector,
+    /// An entity weft does not know.
+    #[error("unsupported entity {0:?}")]
+    Entity(String),
+    /// A protocol other than TCP, UDP, SCTP or ANY.
+    #[error("unsupported protocol {0:?}")]
+    Protocol(String),
+    /// A port number past 65535.
+    #[error("port {0} out of range")]
+    PortOutOfRange(String),
+    /// A named port (`http`), which needs the pods' container ports.
+    #[error("port {0:?}: named ports are not supported")]
+    NamedPort(String),
+    /// A port that is neither a number nor a name (as YAML wrote it).
+    #[error("port {0} is not a number")]
+    NotAPort(String),
+    /// An `endPort` below its `port`.
+    #[error("endPort {end} below port {first}")]
+    EndPortBelow {
+        /// `port`.
+        first: u16,
+        /// `endPort`.
+        end: u16,
+    },
 }
 
 /// A selector of `ns`'s endpoints when the policy is namespaced and the selector does
@@ -253,8 +285,8 @@ impl CnpEgress {
     }
 }
 
-fn cnp(name: String, ns: Option<&str>, spec: CnpSpec) -> Result<Policy, String> {
-    let rule = |(endpoints, entities, ports): CnpParts| -> Result<PeerRule, String> {
+fn cnp(name: String, ns: Option<&str>, spec: CnpSpec) -> Result<Policy, RuleError> {
+    let rule = |(endpoints, entities, ports): CnpParts| -> Result<PeerRule, RuleError> {
         let mut peers: Vec<Peer> = endpoints
             .into_iter()
             .flatten()
@@ -267,7 +299,7 @@ fn cnp(name: String, ns: Option<&str>, spec: CnpSpec) -> Result<Policy, String> 
             .into_iter()
             .flat_map(|p| p.ports)
             .map(|p| port_range(Some(&p.port), p.end_port, p.protocol.as_deref()))
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, RuleError>>()?;
         Ok(PeerRule { peers, ports })
     };
     let ingress = spec
@@ -286,7 +318,7 @@ fn cnp(name: String, ns: Option<&str>, spec: CnpSpec) -> Result<Policy, String> 
     })
 }
 
-fn np(name: String, ns: &str, spec: NpSpec) -> Result<Policy, String> {
+fn np(name: String, ns: &str, spec: NpSpec) -> Result<Policy, RuleError> {
     let types = spec.policy_types.clone().unwrap_or_else(|| {
         let mut t = vec!["Ingress".to_owned()];
         if spec.egress.is_some() {
@@ -294,7 +326,7 @@ fn np(name: String, ns: &str, spec: NpSpec) -> Result<Policy, String> {
         }
         t
     });
-    let peer = |p: NpPeer| -> Result<Peer, String> {
+    let peer = |p: NpPeer| -> Result<Peer, RuleError> {
         let mut selector = p.pod_selector.unwrap_or_default();
         match p.namespace_selector {
             None => selector = selector.and(NAMESPACE_LABEL, ns),
@@ -303,9 +335,7 @@ fn np(name: String, ns: &str, spec: NpSpec) -> Result<Policy, String> {
                 if !nss.match_expressions.is_empty()
                     || nss.match_labels.keys().any(|k| k != NAMESPACE_NAME_LABEL)
                 {
-                    return Err(format!(
-                        "namespaceSelector: only matchLabels on {NAMESPACE_NAME_LABEL} is supported"
-                    ));
+                    return Err(RuleError::NamespaceSelector);
                 }
                 if let Some(name) = nss.match_labels.get(NAMESPACE_NAME_LABEL) {
                     selector = selector.and(NAMESPACE_LABEL, name);
@@ -324,16 +354,19 @@ fn np(name: String, ns: &str, spec: NpSpec) -> Result<Policy, String> {
                     .into_iter()
                     .map(|(peers, ports)| {
                         Ok(PeerRule {
-                            peers: peers.into_iter().map(peer).collect::<Result<_, String>>()?,
+                            peers: peers
+                                .into_iter()
+                                .map(peer)
+                                .collect::<Result<_, RuleError>>()?,
                             ports: ports
                                 .into_iter()
                                 .map(|p| {
                                     port_range(p.port.as_ref(), p.end_port, p.protocol.as_deref())
                                 })
-                                .collect::<Result<_, String>>()?,
+                                .collect::<Result<_, RuleError>>()?,
                         })
                     })
-                    .collect::<Result<Vec<_>, String>>()
+                    .collect::<Result<Vec<_>, RuleError>>()
             })
             .transpose()
     };
@@ -347,7 +380,7 @@ fn np(name: String, ns: &str, spec: NpSpec) -> Result<Policy, String> {
     })
 }
 
-fn entity(name: &str) -> Result<Peer, String> {
+fn entity(name: &str) -> Result<Peer, RuleError> {
     use crate::identity::Reserved;
     Ok(match name {
         "host" => Peer::Entity(Reserved::Host.id()),
@@ -355,7 +388,7 @@ fn entity(name: &str) -> Result<Peer, String> {
         "world" => Peer::Entity(Reserved::World.id()),
         "health" => Peer::Entity(Reserved::Health.id()),
         "all" => Peer::All,
-        other => return Err(format!("unsupported entity {other:?}")),
+        other => return Err(RuleError::Entity(other.to_owned())),
     })
 }
 
@@ -363,28 +396,28 @@ fn port_range(
     port: Option<&serde_yaml::Value>,
     end: Option<u16>,
     protocol: Option<&str>,
-) -> Result<PortRange, String> {
+) -> Result<PortRange, RuleError> {
     let protocol = match protocol.map(str::to_ascii_uppercase).as_deref() {
         None | Some("TCP") => 6,
         Some("UDP") => 17,
         Some("SCTP") => 132,
         Some("ANY") => 0,
-        Some(p) => return Err(format!("unsupported protocol {p:?}")),
+        Some(p) => return Err(RuleError::Protocol(p.to_owned())),
     };
     let first = match port {
         None => 0,
         Some(serde_yaml::Value::Number(n)) => n
             .as_u64()
             .and_then(|n| u16::try_from(n).ok())
-            .ok_or_else(|| format!("port {n} out of range"))?,
-        Some(serde_yaml::Value::String(s)) => s
-            .parse()
-            .map_err(|_| format!("port {s:?}: named ports are not supported"))?,
-        Some(other) => return Err(format!("port {other:?} is not a number")),
+            .ok_or_else(|| RuleError::PortOutOfRange(n.to_string()))?,
+        Some(serde_yaml::Value::String(s)) => {
+            s.parse().map_err(|_| RuleError::NamedPort(s.clone()))?
+        }
+        Some(other) => return Err(RuleError::NotAPort(format!("{other:?}"))),
     };
     let last = match (first, end) {
         (0, _) => u16::MAX,
-        (_, Some(e)) if e < first => return Err(format!("endPort {e} below port {first}")),
+        (_, Some(e)) if e < first => return Err(RuleError::EndPortBelow { first, end: e }),
         (_, Some(e)) => e,
         (f, None) => f,
     };
