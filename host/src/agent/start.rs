@@ -1,8 +1,9 @@
 //! One function per subsystem the agent starts: each starts it (its tasks go into the
 //! agent's set) and returns its handle, in the order [`super::run`] calls them.
 
+use super::status::Status;
 use super::{Agent, Config, EndpointsConfig, Error, PluginsConfig};
-use crate::api::{self, StatusReport};
+use crate::api;
 use crate::clustermesh::{self, ClusterMesh, ClusterStatus};
 use crate::datapath::NodeDatapath;
 use crate::endpoint::EndpointManager;
@@ -21,9 +22,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-
-/// The status the API and the metrics share.
-pub(super) type Status = Arc<dyn Fn() -> StatusReport + Send + Sync>;
 
 /// The plugin host, and whether the plugins present at start are loaded.
 pub(super) struct Plugins {

@@ -1,13 +1,15 @@
 //! What the agent reports: one status for the API and the metrics, and the API's
 //! handlers (status, endpoints with their policy, ipcache, CNI calls).
 
-use super::start::Status;
 use super::Agent;
 use crate::api::{self, StatusReport};
 use crate::datapath::NodeDatapath;
 use crate::endpoint::store::Phase;
 use crate::wireguard::PeerSyncStatus;
 use std::sync::Arc;
+
+/// The status the API and the metrics share.
+pub(super) type Status = Arc<dyn Fn() -> StatusReport + Send + Sync>;
 
 /// The agent's status as it is at each call.
 pub(super) fn report(agent: &Agent) -> Status {
