@@ -47,13 +47,13 @@ demo: deps plugins
 ## bench: the benchmarks of BENCHMARKS.md (mesh sync, ipcache, plugins, datapath, WireGuard,
 ## CNI, restart with endpoints, the lab).
 bench: deps plugins
-	$(CARGO) bench -p weft --bench mesh_sync
-	$(CARGO) bench -p weft --bench ipcache
-	$(CARGO) bench -p weft --bench plugins
-	$(CARGO) bench -p weft --bench datapath
-	$(CARGO) bench -p weft --bench wireguard
-	$(CARGO) bench -p weft --bench cni
-	$(CARGO) bench -p weft --bench restart
+	$(CARGO) bench -p weft-e2e --bench mesh_sync
+	$(CARGO) bench -p weft-state --bench ipcache
+	$(CARGO) bench -p weft-plugins --bench plugins
+	$(CARGO) bench -p weft-datapath --bench datapath
+	$(CARGO) bench -p weft-wireguard --bench wireguard
+	$(CARGO) bench -p weft-e2e --bench cni
+	$(CARGO) bench -p weft-e2e --bench restart
 	$(CARGO) bench -p weft --bench lab
 
 clean:

@@ -203,6 +203,7 @@ const WORKSPACE_EDGES: &[(&str, &[&str])] = &[
     (
         "weft-testkit",
         &[
+            "weft-api",
             "weft-model",
             "weft-kvstore",
             "weft-sys",

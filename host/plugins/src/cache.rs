@@ -12,7 +12,7 @@
 #![allow(unsafe_code)] // `Component::deserialize`, guarded by the MAC; see `load`.
 
 use super::runtime::Runtime;
-use super::Error;
+use super::{CacheDirError, Error};
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 use std::hash::{Hash as _, Hasher as _};
@@ -62,7 +62,7 @@ impl CompileCache {
     pub fn open(dir: &Path) -> Result<Self, Error> {
         let err = |e: std::io::Error| Error::Cache {
             path: dir.into(),
-            reason: e.to_string(),
+            source: CacheDirError::Io(e.into()),
         };
         std::fs::create_dir_all(dir).map_err(err)?;
         // The directory holds the key that vouches for native code: anyone who owns
@@ -73,10 +73,10 @@ impl CompileCache {
         if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != me {
             return Err(Error::Cache {
                 path: dir.into(),
-                reason: format!(
-                    "not a directory of this process's user (uid {me}): its owner (uid {}) could forge compiled entries",
-                    std::os::unix::fs::MetadataExt::uid(&meta)
-                ),
+                source: CacheDirError::Owner {
+                    me,
+                    owner: std::os::unix::fs::MetadataExt::uid(&meta),
+                },
             });
         }
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
@@ -247,7 +247,7 @@ mod tests {
         assert!(CompileCache::open(&ours).is_ok(), "made here: ours");
         let link = root.path().join("link");
         std::os::unix::fs::symlink(&ours, &link).unwrap();
-        let err = CompileCache::open(&link).unwrap_err().to_string();
+        let err = weft_sys::error_chain(&CompileCache::open(&link).unwrap_err());
         assert!(
             err.contains("not a directory of this process's user"),
             "{err}"
@@ -258,7 +258,7 @@ mod tests {
         let theirs = root.path().join("theirs");
         std::fs::create_dir(&theirs).unwrap();
         std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
-        let err = CompileCache::open(&theirs).unwrap_err().to_string();
+        let err = weft_sys::error_chain(&CompileCache::open(&theirs).unwrap_err());
         assert!(err.contains("uid 65534"), "{err}");
     }
 

@@ -12,6 +12,7 @@ use super::manifest::Manifest;
 use super::Error;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use weft_sys::dirwatch::DirWake;
 
@@ -146,12 +147,12 @@ impl PluginDir {
                 Some(Ok(name))
             }
             Err(e) => {
-                tracing::warn!(manifest = %path.display(), error = %e, kept = ?previous, "plugin refused");
+                tracing::warn!(manifest = %path.display(), error = %weft_sys::error_chain(&e), kept = ?previous, "plugin refused");
                 self.set_refusal(
                     path,
                     Some(Refusal {
                         manifest: path.into(),
-                        error: e.to_string(),
+                        error: weft_sys::error_chain(&e),
                         kept: previous.map(|p| p.to_string()),
                     }),
                 );
@@ -185,8 +186,9 @@ impl PluginDir {
         let (plugin, outcome) =
             tokio::task::spawn_blocking(move || loader.load_bytes(manifest, &wasm))
                 .await
-                .map_err(|e| Error::Engine {
-                    reason: e.to_string(),
+                .map_err(|e| Error::CompileTask {
+                    plugin: installed.name.clone(),
+                    source: Arc::new(e),
                 })??;
         tracing::debug!(plugin = %installed, cache = ?outcome, "plugin compiled");
         self.host.install(plugin).await?;

@@ -323,20 +323,13 @@ impl PluginHost {
         match tokio::time::timeout(self.inner.stall, started).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => return Err(e),
-            Ok(Err(_)) => {
-                return Err(Error::Engine {
-                    reason: format!("the thread of plugin {name:?} ended during start-up"),
-                })
-            }
+            Ok(Err(_)) => return Err(Error::ThreadEnded { plugin: name }),
             Err(_) => {
                 worker.close();
                 self.inner.lock().report.stalls += 1;
-                return Err(Error::Init {
+                return Err(Error::InitStalled {
                     plugin: name,
-                    reason: format!(
-                        "instantiation and init did not return within {:?}; its thread is abandoned",
-                        self.inner.stall
-                    ),
+                    after: self.inner.stall,
                 });
             }
         }
@@ -491,7 +484,7 @@ impl Inner {
         worker.close();
         state.report.stalls += 1;
         let replacement = Worker::start(self.cx.clone(), plugin, Start::Resume(Box::new(record)))
-            .inspect_err(|e| tracing::error!(plugin = %worker.plugin.name, error = %e, "plugin removed: no thread to replace its stalled one"))
+            .inspect_err(|e| tracing::error!(plugin = %worker.plugin.name, error = %weft_sys::error_chain(e), "plugin removed: no thread to replace its stalled one"))
             .ok();
         match (live, shadow, replacement) {
             (Some(i), _, Some(r)) => state.workers[i] = r,

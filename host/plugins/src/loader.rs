@@ -10,7 +10,7 @@ use super::manifest::Manifest;
 use super::runtime::Runtime;
 use super::slot::LoadedPlugin;
 use super::trust::TrustPolicy;
-use super::Error;
+use super::{Error, FileError, ManifestError, WasmFileError};
 use sha2::{Digest as _, Sha256};
 use std::io::Read as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -146,18 +146,18 @@ pub fn read_package(path: &Path, max_component_bytes: u64) -> Read {
     let result = (|| {
         let text = read_regular(path, MAX_MANIFEST_BYTES).map_err(|e| Error::Manifest {
             path: path.into(),
-            reason: e.to_string(),
+            source: ManifestError::Read(FileError::read(e)),
         })?;
         h.update(&text);
         let text = String::from_utf8(text).map_err(|_| Error::Manifest {
             path: path.into(),
-            reason: "not UTF-8".into(),
+            source: ManifestError::NotUtf8,
         })?;
         let manifest = Manifest::parse_at(&text, path)?;
         let wasm = read_component(&manifest, path, max_component_bytes);
         match &wasm {
             Ok(bytes) => h.update(bytes),
-            Err(e) => h.update(e.to_string()),
+            Err(e) => h.update(weft_sys::error_chain(e)),
         }
         Ok((manifest, wasm?))
     })();
@@ -168,43 +168,46 @@ pub fn read_package(path: &Path, max_component_bytes: u64) -> Read {
 }
 
 fn read_component(manifest: &Manifest, manifest_path: &Path, max: u64) -> Result<Vec<u8>, Error> {
-    let refuse = |reason: String| Error::Wasm {
+    let refuse = |source: WasmFileError| Error::Wasm {
         plugin: manifest.name.clone(),
         path: manifest.wasm.clone(),
-        reason,
+        source,
     };
     let relative_inside = manifest
         .wasm
         .components()
         .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
     if !relative_inside {
-        return Err(refuse(
-            "must be a path inside the plugin directory (relative, without '..')".into(),
-        ));
+        return Err(refuse(WasmFileError::NotRelative));
     }
     let dir = manifest_path.parent().unwrap_or(Path::new("."));
-    let canonical =
-        |p: &Path| std::fs::canonicalize(p).map_err(|e| refuse(format!("{}: {e}", p.display())));
+    let canonical = |p: &Path| {
+        std::fs::canonicalize(p).map_err(|e| {
+            refuse(WasmFileError::Resolve {
+                path: p.into(),
+                source: e.into(),
+            })
+        })
+    };
     let (dir, file) = (
         canonical(dir)?,
         canonical(&manifest.wasm_path(manifest_path))?,
     );
     if !file.starts_with(&dir) {
-        return Err(refuse(format!(
-            "resolves to {}, outside the plugin directory {}",
-            file.display(),
-            dir.display()
-        )));
+        return Err(refuse(WasmFileError::Outside {
+            resolved: file,
+            dir,
+        }));
     }
-    read_regular(&file, max).map_err(|e| refuse(e.to_string()))
+    read_regular(&file, max).map_err(|e| refuse(WasmFileError::Read(FileError::read(e))))
 }
 
 /// Why a plugin's file was not read.
 #[derive(Debug, thiserror::Error)]
-enum ReadError {
+pub(crate) enum ReadError {
     /// It cannot be opened or its type read.
-    #[error("{0}")]
-    Open(#[source] std::io::Error),
+    #[error(transparent)]
+    Open(std::io::Error),
     /// A directory, FIFO, device or socket.
     #[error("not a regular file")]
     NotRegular,
@@ -212,8 +215,8 @@ enum ReadError {
     #[error("{len} bytes, over the limit of {max}")]
     TooLarge { len: u64, max: u64 },
     /// Reading it failed.
-    #[error("{0}")]
-    Read(#[source] std::io::Error),
+    #[error(transparent)]
+    Read(std::io::Error),
     /// It grew past the limit while read.
     #[error("grew over the limit of {max} bytes while read")]
     Grew { max: u64 },

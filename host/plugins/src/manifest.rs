@@ -31,7 +31,7 @@
 //! ```
 
 use super::trust::TrustPolicy;
-use super::Error;
+use super::{Error, ManifestError, SignatureError, SigningKeyError, WasmFileError};
 use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -101,20 +101,21 @@ impl Manifest {
     /// # Errors
     /// [`Error::Manifest`] (without a path; [`Manifest::read`] adds it).
     pub fn parse(text: &str) -> Result<Self, Error> {
-        let bad = |reason: String| Error::Manifest {
+        let bad = |source: ManifestError| Error::Manifest {
             path: PathBuf::new(),
-            reason,
+            source,
         };
-        let m: Manifest = toml::from_str(text).map_err(|e| bad(e.message().to_owned()))?;
+        let m: Manifest = toml::from_str(text).map_err(|e| bad(ManifestError::Toml(e)))?;
         let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
         if m.name.is_empty() || !m.name.chars().all(valid) {
-            return Err(bad(format!(
-                "name {:?} must be lower-case letters, digits, '-' or '_'",
-                m.name
-            )));
+            return Err(bad(ManifestError::Name(m.name)));
         }
-        m.semver()
-            .map_err(|e| bad(format!("version {:?}: {e}", m.version)))?;
+        m.semver().map_err(|source| {
+            bad(ManifestError::Version {
+                version: m.version.clone(),
+                source: source.into(),
+            })
+        })?;
         Ok(m)
     }
 
@@ -133,7 +134,7 @@ impl Manifest {
     pub fn read(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::Manifest {
             path: path.into(),
-            reason: e.to_string(),
+            source: ManifestError::Read(e.into()),
         })?;
         Self::parse_at(&text, path)
     }
@@ -214,9 +215,12 @@ impl Manifest {
             });
         }
         if let Some(minimum) = policy.min_version(&self.name) {
-            let version = self.semver().map_err(|e| Error::Manifest {
+            let version = self.semver().map_err(|source| Error::Manifest {
                 path: PathBuf::new(),
-                reason: format!("version {:?}: {e}", self.version),
+                source: ManifestError::Version {
+                    version: self.version.clone(),
+                    source: source.into(),
+                },
             })?;
             if version < *minimum {
                 return Err(Error::Downgrade {
@@ -235,7 +239,7 @@ impl Manifest {
             } else {
                 Err(Error::Unsigned {
                     plugin: self.name.clone(),
-                    reason: "no trusted keys are configured (--plugin-trust-policy, --plugin-trusted-keys) and --plugin-allow-unsigned is not given".into(),
+                    no_keys: true,
                 })
             };
         }
@@ -249,20 +253,20 @@ impl Manifest {
     /// The name of the key that signed this manifest, among those `policy` allows to
     /// sign it.
     fn check_signature(&self, policy: &TrustPolicy) -> Result<String, Error> {
-        let bad = |reason: String| Error::Signature {
+        let bad = |source: SignatureError| Error::Signature {
             plugin: self.name.clone(),
-            reason,
+            source,
         };
         let Some(sig) = &self.signature else {
             return Err(Error::Unsigned {
                 plugin: self.name.clone(),
-                reason: "the trust policy requires a signature".into(),
+                no_keys: false,
             });
         };
         let bytes: [u8; 64] = hex::decode(sig.ed25519.trim())
             .ok()
             .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| bad("ed25519 is not 64 bytes of hex".into()))?;
+            .ok_or_else(|| bad(SignatureError::Malformed))?;
         let signature = Signature::from_bytes(&bytes);
         let message = self.signed_bytes();
         let verifies = |k: &VerifyingKey| k.verify(&message, &signature).is_ok();
@@ -270,12 +274,12 @@ impl Manifest {
             return Ok(k.name.clone());
         }
         if let Some(k) = policy.keys().iter().find(|k| verifies(&k.key)) {
-            return Err(bad(format!(
-                "signed by key {:?}, which the trust policy does not allow to sign {:?}",
-                k.name, self.name
-            )));
+            return Err(bad(SignatureError::KeyNotAllowed {
+                key: k.name.clone(),
+                plugin: self.name.clone(),
+            }));
         }
-        let changed: Vec<&str> = self
+        let changed: Vec<&'static str> = self
             .signed_fields()
             .into_iter()
             .filter(|(field, value)| {
@@ -286,16 +290,12 @@ impl Manifest {
             .map(|(field, _)| field)
             .collect();
         if changed.is_empty() {
-            Err(bad(format!(
-                "does not verify with any of the {} keys allowed to sign {:?}",
-                policy.keys_for(&self.name).count(),
-                self.name
-            )))
+            Err(bad(SignatureError::NoKey {
+                keys: policy.keys_for(&self.name).count(),
+                plugin: self.name.clone(),
+            }))
         } else {
-            Err(bad(format!(
-                "{} changed since it was signed",
-                changed.join(", ")
-            )))
+            Err(bad(SignatureError::Changed { fields: changed }))
         }
     }
 }
@@ -317,20 +317,18 @@ pub fn seal(path: &Path, key: Option<&SigningKey>) -> Result<Manifest, Error> {
     let wasm = std::fs::read(&wasm_path).map_err(|e| Error::Wasm {
         plugin: m.name.clone(),
         path: wasm_path,
-        reason: e.to_string(),
+        source: WasmFileError::Read(e.into()),
     })?;
     m.sha256 = digest_hex(&wasm);
     m.signature = None;
     if let Some(key) = key {
         m.sign(key);
     }
-    let text = toml::to_string(&m).map_err(|e| Error::Manifest {
-        path: path.into(),
-        reason: e.to_string(),
-    })?;
+    // A manifest that parsed always serializes: its fields are strings and tables.
+    let text = toml::to_string(&m).expect("a manifest serializes as TOML");
     std::fs::write(path, text).map_err(|e| Error::Manifest {
         path: path.into(),
-        reason: e.to_string(),
+        source: ManifestError::Write(e.into()),
     })?;
     Ok(m)
 }
@@ -340,15 +338,15 @@ pub fn seal(path: &Path, key: Option<&SigningKey>) -> Result<Manifest, Error> {
 /// # Errors
 /// [`Error::SigningKey`] naming the file.
 pub fn read_signing_key(path: &Path) -> Result<SigningKey, Error> {
-    let bad = |reason: String| Error::SigningKey {
+    let bad = |source: SigningKeyError| Error::SigningKey {
         path: path.into(),
-        reason,
+        source,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| bad(SigningKeyError::Io(e.into())))?;
     let bytes: [u8; 32] = hex::decode(text.trim())
         .ok()
         .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| bad("not 32 bytes of hex".into()))?;
+        .ok_or_else(|| bad(SigningKeyError::NotHex))?;
     Ok(SigningKey::from_bytes(&bytes))
 }
 
@@ -362,7 +360,7 @@ pub fn generate_signing_key(path: &Path) -> Result<VerifyingKey, Error> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let bad = |e: std::io::Error| Error::SigningKey {
         path: path.into(),
-        reason: e.to_string(),
+        source: SigningKeyError::Io(e.into()),
     };
     let mut secret = [0u8; 32];
     std::fs::File::open("/dev/urandom")
@@ -414,8 +412,8 @@ mod tests {
         let mut m = manifest(wasm);
         m.sign(&key);
         assert_eq!(
-            m.verify(wasm, &trusted).map(|v| v.signed_by),
-            Ok(Some("vendor".into()))
+            m.verify(wasm, &trusted).unwrap().signed_by.as_deref(),
+            Some("vendor")
         );
         type Edit = fn(&mut Manifest);
         let tamper: [(&str, Edit); 6] = [
@@ -431,7 +429,7 @@ mod tests {
             change(&mut t);
             let e = t.verify(wasm, &trusted).unwrap_err();
             assert!(
-                matches!(&e, Error::Signature { reason, .. } if reason == &format!("{field} changed since it was signed")),
+                matches!(&e, Error::Signature { source: SignatureError::Changed { fields }, .. } if fields == &[field]),
                 "{field}: {e}"
             );
         }
@@ -452,7 +450,7 @@ mod tests {
             Err(Error::Unsigned { .. })
         ));
         let unsigned_ok = TrustPolicy::none().allowing_unsigned();
-        assert_eq!(m.verify(wasm, &unsigned_ok).map(|v| v.signed_by), Ok(None));
+        assert_eq!(m.verify(wasm, &unsigned_ok).unwrap().signed_by, None);
         assert!(matches!(
             m.verify(wasm, &policy(&key, &[])),
             Err(Error::Unsigned { .. })
@@ -460,12 +458,15 @@ mod tests {
         m.sign(&key);
         let e = m.verify(wasm, &policy(&key, &["acme-*"])).unwrap_err();
         assert!(
-            e.to_string().contains("does not allow to sign \"p\""),
+            weft_sys::error_chain(&e).contains("does not allow to sign \"p\""),
             "{e}"
         );
         let stranger = SigningKey::from_bytes(&[8; 32]);
         let e = m.verify(wasm, &policy(&stranger, &[])).unwrap_err();
-        assert!(e.to_string().contains("any of the 1 keys"), "{e}");
+        assert!(
+            weft_sys::error_chain(&e).contains("any of the 1 keys"),
+            "{e}"
+        );
         let mut floor = policy(&key, &[]);
         floor.set_min_version("p", semver::Version::new(1, 2, 0));
         let e = m.verify(wasm, &floor).unwrap_err();
@@ -481,14 +482,14 @@ mod tests {
             "name = \"Bad Name\"\nversion = \"1.0.0\"\nwasm = \"x\"\nsha256 = \"\"",
         )
         .unwrap_err();
-        assert!(e.to_string().contains("Bad Name"), "{e}");
+        assert!(weft_sys::error_chain(&e).contains("Bad Name"), "{e}");
         let e = Manifest::parse("name = \"p\"\nversion = \"1\"\nwasm = \"x\"\nsha256 = \"\"")
             .unwrap_err();
-        assert!(e.to_string().contains("version \"1\""), "{e}");
+        assert!(weft_sys::error_chain(&e).contains("version \"1\""), "{e}");
         let e = Manifest::parse(
             "name = \"p\"\nversion = \"1.0.0\"\nwasm = \"x\"\nsha256 = \"\"\nshaa = 1",
         )
         .unwrap_err();
-        assert!(e.to_string().contains("shaa"), "{e}");
+        assert!(weft_sys::error_chain(&e).contains("shaa"), "{e}");
     }
 }

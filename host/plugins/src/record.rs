@@ -6,12 +6,13 @@
 //! the limit. Written by a thread of its own behind a bounded queue: a hook never
 //! waits on the disk; what does not fit in the queue is dropped and counted.
 
-use super::Error;
+use super::{Error, RecordError};
 use serde::{Deserialize, Serialize};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::Arc;
 use weft_hooks::{
     ClusterInfo, ClusterSync, PeerGcRequest, PeerGcVerdict, RegenerationRequest, Resource, Verdict,
 };
@@ -153,7 +154,7 @@ impl Recorder {
     pub fn start(dir: &Path, max_bytes: u64) -> Result<Self, Error> {
         let bad = |e: std::io::Error| Error::Record {
             path: dir.into(),
-            reason: e.to_string(),
+            source: RecordError::Io(e.into()),
         };
         std::fs::create_dir_all(dir).map_err(bad)?;
         let mut writer = Writer {
@@ -270,21 +271,29 @@ fn recording_files(dir: &Path) -> std::io::Result<Vec<(u64, u64)>> {
 /// # Errors
 /// [`Error::Record`] naming the file and line that cannot be read.
 pub fn read_recording(dir: &Path) -> Result<Vec<Event>, Error> {
-    let bad = |path: &Path, reason: String| Error::Record {
+    let bad = |path: &Path, source: RecordError| Error::Record {
         path: path.into(),
-        reason,
+        source,
     };
+    let io = |e: std::io::Error| RecordError::Io(e.into());
     let mut events = Vec::new();
-    for (seq, _) in recording_files(dir).map_err(|e| bad(dir, e.to_string()))? {
+    for (seq, _) in recording_files(dir).map_err(|e| bad(dir, io(e)))? {
         let path = file_name(dir, seq);
-        let text = std::fs::read_to_string(&path).map_err(|e| bad(&path, e.to_string()))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| bad(&path, io(e)))?;
         for (n, line) in text
             .lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
         {
-            let event = serde_json::from_str(line)
-                .map_err(|e| bad(&path, format!("line {}: {e}", n + 1)))?;
+            let event = serde_json::from_str(line).map_err(|e| {
+                bad(
+                    &path,
+                    RecordError::Line {
+                        line: n + 1,
+                        source: Arc::new(e),
+                    },
+                )
+            })?;
             events.push(event);
         }
     }
@@ -443,7 +452,8 @@ mod tests {
         std::fs::write(dir.path().join("hooks-99999999.jsonl"), "{not json\n").unwrap();
         let e = read_recording(dir.path()).unwrap_err();
         assert!(
-            e.to_string().contains("hooks-99999999.jsonl") && e.to_string().contains("line 1"),
+            weft_sys::error_chain(&e).contains("hooks-99999999.jsonl")
+                && weft_sys::error_chain(&e).contains("line 1"),
             "{e}"
         );
     }

@@ -52,9 +52,7 @@ impl Runtime {
                     e.increment_epoch();
                 }
             })
-            .map_err(|e| Error::Engine {
-                reason: e.to_string(),
-            })?;
+            .map_err(Error::engine)?;
         Ok(Self {
             engine,
             linker,
@@ -80,7 +78,7 @@ impl Runtime {
     /// [`Error::Compile`] when the bytes are not a valid component.
     pub fn compile(&self, wasm: &[u8]) -> Result<Component, Error> {
         Component::new(&self.engine, wasm).map_err(|e| Error::Compile {
-            reason: format!("{e:#}"),
+            source: Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(e)),
         })
     }
 
@@ -101,7 +99,7 @@ impl Runtime {
     pub fn prepare(&self, name: &str, component: &Component) -> Result<Prepared, Error> {
         let refuse = |e: wasmtime::Error| Error::Instantiate {
             plugin: name.into(),
-            reason: describe_instantiate(component, &e),
+            misfit: describe_instantiate(component, &e),
         };
         let pre = self.linker.instantiate_pre(component).map_err(refuse)?;
         let pre = match self.exported_wit(component).as_deref() {
@@ -158,20 +156,20 @@ impl Runtime {
             HooksPre::Current(pre) => pre.instantiate(&mut store).map(Hooks::Current),
             HooksPre::V0_1(pre) => pre.instantiate(&mut store).map(Hooks::V0_1),
         }
-        .map_err(|e| Error::Instantiate {
+        .map_err(|e| Error::InstantiateFailed {
             plugin: name.to_string(),
-            reason: CallError::from_wasmtime(&e).to_string(),
+            source: CallError::from_wasmtime(&e),
         })?;
         let mut instance = Instance::new(store, hooks, self.config.deadline);
         match instance.init(plugin_config) {
             Ok(Ok(())) => Ok(instance),
-            Ok(Err(reason)) => Err(Error::Init {
+            Ok(Err(message)) => Err(Error::Init {
                 plugin: name.to_string(),
-                reason,
+                message,
             }),
-            Err(e) => Err(Error::Init {
+            Err(source) => Err(Error::InitFailed {
                 plugin: name.to_string(),
-                reason: e.to_string(),
+                source,
             }),
         }
     }

@@ -392,7 +392,7 @@ impl Slot {
             ) {
                 Ok(instance) => self.instance = Some(instance),
                 Err(e) => {
-                    let reason = e.to_string();
+                    let reason = weft_sys::error_chain(&e);
                     self.record
                         .failed(&name, &cx.isolation, now, "instantiate", reason.clone());
                     return Some(Err(reason));

@@ -33,7 +33,7 @@
 //! assert_eq!(policy.min_version("acme-policy").unwrap().to_string(), "1.2.0");
 //! ```
 
-use super::Error;
+use super::{Error, TrustPolicyError};
 use ed25519_dalek::VerifyingKey;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -118,19 +118,15 @@ impl TrustPolicy {
     /// [`Error::TrustPolicy`] naming the entry at fault (without a path; [`Self::read`]
     /// adds it).
     pub fn parse(text: &str) -> Result<Self, Error> {
-        let bad = |reason: String| Error::TrustPolicy {
+        let bad = |source: TrustPolicyError| Error::TrustPolicy {
             path: PathBuf::new(),
-            reason,
+            source,
         };
-        let file: PolicyFile = toml::from_str(text).map_err(|e| bad(e.message().to_owned()))?;
+        let file: PolicyFile = toml::from_str(text).map_err(|e| bad(TrustPolicyError::Toml(e)))?;
         let mut policy = Self::default();
         for k in file.keys {
-            let key = parse_public(&k.public).ok_or_else(|| {
-                bad(format!(
-                    "key {:?}: not an ed25519 public key in hex",
-                    k.name
-                ))
-            })?;
+            let key = parse_public(&k.public)
+                .ok_or_else(|| bad(TrustPolicyError::Key(k.name.clone())))?;
             policy.keys.push(TrustedKey {
                 name: k.name,
                 key,
@@ -138,11 +134,12 @@ impl TrustPolicy {
             });
         }
         for (name, p) in file.plugins {
-            let v = semver::Version::parse(&p.min_version).map_err(|e| {
-                bad(format!(
-                    "plugin {name:?}: min_version {:?}: {e}",
-                    p.min_version
-                ))
+            let v = semver::Version::parse(&p.min_version).map_err(|source| {
+                bad(TrustPolicyError::MinVersion {
+                    plugin: name.clone(),
+                    version: p.min_version.clone(),
+                    source: source.into(),
+                })
             })?;
             policy.min_versions.insert(name, v);
         }
@@ -156,7 +153,7 @@ impl TrustPolicy {
     pub fn read(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::TrustPolicy {
             path: path.into(),
-            reason: e.to_string(),
+            source: TrustPolicyError::Read(e.into()),
         })?;
         Self::parse(&text).map_err(|e| e.with_path(path))
     }
@@ -170,7 +167,7 @@ impl TrustPolicy {
     pub fn add_keys_file(&mut self, path: &Path) -> Result<(), Error> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::TrustPolicy {
             path: path.into(),
-            reason: e.to_string(),
+            source: TrustPolicyError::Read(e.into()),
         })?;
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
@@ -179,7 +176,7 @@ impl TrustPolicy {
             }
             let key = parse_public(line).ok_or_else(|| Error::TrustPolicy {
                 path: path.into(),
-                reason: format!("line {}: not an ed25519 public key in hex", n + 1),
+                source: TrustPolicyError::KeyLine(n + 1),
             })?;
             self.add_key(TrustedKey {
                 name: format!("key-{}", &line[..8]),
@@ -259,10 +256,13 @@ mod tests {
         assert!(key.may_sign("acme-x") && key.may_sign("exact"));
         assert!(!key.may_sign("exactly") && !key.may_sign("other"));
         let e = TrustPolicy::parse("[[keys]]\nname = \"bad\"\npublic = \"zz\"\n").unwrap_err();
-        assert!(e.to_string().contains("key \"bad\""), "{e}");
+        assert!(weft_sys::error_chain(&e).contains("key \"bad\""), "{e}");
         let e = TrustPolicy::parse("[plugins.p]\nmin_version = \"one\"\n").unwrap_err();
-        assert!(e.to_string().contains("plugin \"p\": min_version"), "{e}");
+        assert!(
+            weft_sys::error_chain(&e).contains("plugin \"p\": min_version"),
+            "{e}"
+        );
         let e = TrustPolicy::parse("[[keys]]\nname = \"k\"\npublick = \"00\"\n").unwrap_err();
-        assert!(e.to_string().contains("publick"), "{e}");
+        assert!(weft_sys::error_chain(&e).contains("publick"), "{e}");
     }
 }

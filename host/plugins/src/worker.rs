@@ -75,7 +75,7 @@ impl Worker {
     /// Starts the thread for `plugin`.
     ///
     /// # Errors
-    /// [`Error::Engine`] when the OS cannot start a thread.
+    /// [`Error::Thread`] when the OS cannot start a thread.
     pub fn start(cx: Context, plugin: LoadedPlugin, start: Start) -> Result<Arc<Self>, Error> {
         // A resumed plugin shows its record at once, not from its thread's first job.
         let record = match &start {
@@ -91,11 +91,13 @@ impl Worker {
             dropped: Mutex::new(0),
         });
         let w = worker.clone();
+        let plugin_name = plugin.name.clone();
         std::thread::Builder::new()
             .name(format!("weft-plugin-{}", plugin.name))
             .spawn(move || w.run(cx, plugin, start))
-            .map_err(|e| Error::Engine {
-                reason: format!("cannot start a plugin thread: {e}"),
+            .map_err(|e| Error::Thread {
+                plugin: plugin_name,
+                source: Arc::new(e),
             })?;
         Ok(worker)
     }

@@ -564,9 +564,9 @@ async fn the_component_must_be_a_small_regular_file_inside_the_directory() {
     let small = Loader::new(runtime, None, TrustPolicy::none().allowing_unsigned())
         .with_max_component_bytes(1024);
     let path = put_manifest(p.dir.path(), "big", "regeneration_policy", "1.0.0", 0, "");
-    let e = small.load(&path).err().expect("refused");
+    let e = weft_sys::error_chain(&small.load(&path).err().expect("refused"));
     assert!(
-        e.to_string().contains("refused: wasm") && e.to_string().contains("over the limit of 1024"),
+        e.contains("refused: wasm") && e.contains("over the limit of 1024"),
         "{e}"
     );
 }

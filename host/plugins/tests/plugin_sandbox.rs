@@ -256,7 +256,7 @@ async fn an_install_whose_init_never_returns_is_refused_and_the_running_plugin_k
         .unwrap_err();
     assert!(started.elapsed() < PROMPTLY);
     assert!(
-        matches!(&e, Error::Init { reason, .. } if reason.contains("did not return within")),
+        matches!(&e, Error::InitStalled { after, .. } if *after < PROMPTLY),
         "{e}"
     );
     let report = host.report();
@@ -272,9 +272,9 @@ fn a_plugin_importing_the_filesystem_is_refused_naming_the_import() {
     let rt = runtime();
     let p = plugin(&rt, "fs", "test_fs_reader", 0, "");
     match rt.prepare("fs", &p.component) {
-        Err(Error::Instantiate { reason, .. }) => assert!(
-            reason.contains("wasi:filesystem/") && reason.contains("does not provide"),
-            "{reason}"
+        Err(Error::Instantiate { misfit, .. }) => assert!(
+            misfit.contains("wasi:filesystem/") && misfit.contains("does not provide"),
+            "{misfit}"
         ),
         other => panic!("expected a refusal, got {other:?}"),
     }

@@ -389,12 +389,12 @@ fn a_plugin_built_against_another_wit_version_is_refused_with_the_reason() {
     let rt = Runtime::new(Config::default()).unwrap();
     let component = rt.compile(&wasm("test_wit_future")).unwrap();
     match rt.instantiate("future", &component, "", no_mesh()) {
-        Err(weft_plugins::Error::Instantiate { plugin, reason }) => {
+        Err(weft_plugins::Error::Instantiate { plugin, misfit }) => {
             assert_eq!(plugin, "future");
             assert!(
-                reason.contains("incompatible WIT version")
-                    && reason.contains("weft:plugin/hooks@0.99.0"),
-                "{reason}"
+                misfit.contains("incompatible WIT version")
+                    && misfit.contains("weft:plugin/hooks@0.99.0"),
+                "{misfit}"
             );
         }
         Err(e) => panic!("refused for another reason: {e}"),

@@ -153,7 +153,7 @@ fn start_plugins(
     let trust = trust_policy(pc)?;
     let cache_dir = config.plugin_cache_dir();
     let cache = CompileCache::open(&cache_dir)
-        .inspect_err(|e| tracing::warn!(error = %e, "plugins load without a compile cache"))
+        .inspect_err(|e| tracing::warn!(error = %weft_sys::error_chain(e), "plugins load without a compile cache"))
         .ok();
     let loader = plugins::Loader::new(runtime, cache, trust);
     let (loaded_tx, loaded) = watch::channel(false);
@@ -477,7 +477,7 @@ async fn switch_native(dp: NodeDatapath) {
     match tokio::task::spawn_blocking(move || dp.switch_native()).await {
         Ok(Ok(())) => tracing::info!("native device switched to the new datapath generation"),
         Ok(Err(e)) => {
-            tracing::error!(error = %e, "native device not switched; it keeps its generation")
+            tracing::error!(error = %weft_sys::error_chain(&e), "native device not switched; it keeps its generation")
         }
         Err(e) => tracing::error!(error = %e, "datapath switch task failed"),
     }

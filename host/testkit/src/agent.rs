@@ -317,3 +317,40 @@ pub fn logged_at(log: &str, needles: &[&str]) -> Option<std::time::SystemTime> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     humantime::parse_rfc3339_weak(v["timestamp"].as_str()?.trim_end_matches('Z')).ok()
 }
+
+/// `weftd run` as the sync benches start it, `cmd` being the program (weftd, or a
+/// wrapper such as `taskset … weftd`): local cluster 1, no kvstore limits, health on an
+/// ephemeral port, the given clustermesh and state directories, its log off. Returns
+/// once its API socket accepts.
+pub async fn start_unlimited(
+    mut cmd: Command,
+    mesh: &std::path::Path,
+    state: &std::path::Path,
+) -> Child {
+    let child = cmd
+        .args(["run", "--cluster-name", "local", "--cluster-id", "1"])
+        .args(["--health-addr", "127.0.0.1:0"])
+        .args(["--kvstore-qps", "0", "--kvstore-max-in-flight", "0"])
+        .arg("--clustermesh-config")
+        .arg(mesh)
+        .arg("--state-dir")
+        .arg(state)
+        .env("RUST_LOG", "warn")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = weft_api::socket_path(state);
+    crate::eventually("weftd answers", std::time::Duration::from_secs(30), || {
+        std::os::unix::net::UnixStream::connect(&socket).ok()
+    })
+    .await;
+    child
+}
+
+/// The agent's status as JSON (what `weftd status -o json` prints), through its API
+/// socket in `state_dir`.
+pub async fn status(state_dir: &std::path::Path) -> Result<serde_json::Value, weft_api::Error> {
+    weft_api::Client::new(weft_api::socket_path(state_dir))
+        .get("/status")
+        .await
+}

@@ -8,16 +8,16 @@
 //!   packet per decision path, with the 100,000 entries in the map, next to the empty
 //!   classifier `weft_baseline` in the same run.
 //!
-//! `cargo bench -p weft --bench datapath`.
+//! `cargo bench -p weft-datapath --bench datapath`.
 
 use aya::programs::SchedClassifier;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use weft::datapath::{
+use weft_datapath::{
     ipcache_key, test_run, Datapath, DatapathConfig, MapWriter, RemoteEndpointInfo, BASELINE_OBJECT,
 };
-use weft::ipcache::{Fact, IpCache, Owner, Prefix, Source};
+use weft_state::ipcache::{Fact, IpCache, Owner, Prefix, Source};
 
 const N: u32 = 100_000;
 const REPEAT: u32 = 1_000_000;
@@ -263,11 +263,11 @@ fn run(root: &std::path::Path) {
     // 12345 admitted from 10.0.0.4's identity only.
     let before = v4("10.0.0.4", "192.168.0.5");
     let unjudged = dp
-        .test_run_endpoint(weft::datapath::TO_ENDPOINT, &before, 1, REPEAT)
+        .test_run_endpoint(weft_datapath::TO_ENDPOINT, &before, 1, REPEAT)
         .unwrap();
-    let policy = weft::policy::EndpointPolicy {
+    let policy = weft_state::policy::EndpointPolicy {
         ingress_enforced: true,
-        ingress: [weft::policy::Allow {
+        ingress: [weft_state::policy::Allow {
             identity: POD_ID + 4,
             protocol: 17,
             first: 12345,
@@ -276,37 +276,37 @@ fn run(root: &std::path::Path) {
         .into(),
         ..Default::default()
     };
-    let (info, keys) = weft::datapath::policy_entries(1, POD_ID, &policy).unwrap();
+    let (info, keys) = weft_datapath::policy_entries(1, POD_ID, &policy).unwrap();
     dp.set_endpoint(1, info, &keys).unwrap();
     // The reply path: the endpoint's own flow out first (it is remembered), then its
     // answer in.
     let out = v4("192.168.0.5", "10.0.0.6");
     let r = dp
-        .test_run_endpoint(weft::datapath::FROM_ENDPOINT, &out, 1, 1)
+        .test_run_endpoint(weft_datapath::FROM_ENDPOINT, &out, 1, 1)
         .unwrap();
     assert_eq!(r.action, 0);
     let endpoint_paths: [(&str, &str, Vec<u8>, u32); 4] = [
         (
             "from endpoint, egress open (flow remembered) → pass",
-            weft::datapath::FROM_ENDPOINT,
+            weft_datapath::FROM_ENDPOINT,
             out.clone(),
             0,
         ),
         (
             "to endpoint, admitted identity and port → pass",
-            weft::datapath::TO_ENDPOINT,
+            weft_datapath::TO_ENDPOINT,
             v4("10.0.0.4", "192.168.0.5"),
             0,
         ),
         (
             "to endpoint, reply of its own flow → pass",
-            weft::datapath::TO_ENDPOINT,
+            weft_datapath::TO_ENDPOINT,
             v4("10.0.0.6", "192.168.0.5"),
             0,
         ),
         (
             "to endpoint, not admitted → drop",
-            weft::datapath::TO_ENDPOINT,
+            weft_datapath::TO_ENDPOINT,
             v4("10.0.0.5", "192.168.0.5"),
             2,
         ),

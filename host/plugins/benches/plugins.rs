@@ -2,14 +2,13 @@
 //! (p50, p99), next to the same decision as a native Rust call in the same run; the
 //! time to instantiate (with `init`), pooled and on demand; the policy through the
 //! plugin host, plain, recorded and shadowed; the time to load a component from the
-//! compile cache next to compiling it. `cargo bench -p weft --bench plugins`.
+//! compile cache next to compiling it. `cargo bench -p weft-plugins --bench plugins`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weft::hooks::{ClusterSync, Endpoint, EndpointKind, RegenerationReason, RegenerationRequest};
-use weft::plugins::wit::{Barrier, Decision, Wait};
-use weft::plugins::{
+use weft_hooks::{ClusterSync, Endpoint, EndpointKind, RegenerationReason, RegenerationRequest};
+use weft_plugins::wit::{Barrier, Decision, Wait};
+use weft_plugins::{
     digest_hex, enforce, CompileCache, Config, Isolation, LoadedPlugin, PluginHost, PluginSet,
     Recorder, Runtime,
 };
@@ -35,7 +34,7 @@ fn native_policy(request: &RegenerationRequest) -> Decision {
 }
 
 /// The question for a workload (`pod`) or, as the agent asks it today, the host
-/// endpoint (`weft::hooks::Endpoint::host`).
+/// endpoint (`weft_hooks::Endpoint::host`).
 fn request(pod: bool) -> RegenerationRequest {
     let endpoint = if pod {
         Endpoint {
@@ -49,7 +48,7 @@ fn request(pod: bool) -> RegenerationRequest {
             ],
         }
     } else {
-        weft::hooks::Endpoint::host()
+        weft_hooks::Endpoint::host()
     };
     RegenerationRequest {
         endpoint,
@@ -94,22 +93,9 @@ fn us(d: Duration) -> String {
     format!("{:.2} µs", d.as_secs_f64() * 1e6)
 }
 
+/// The plugin's component, built by the shared test support (as the tests build it).
 fn wasm(name: &str) -> Vec<u8> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--release", "--target", "wasm32-wasip2"])
-        .arg("--manifest-path")
-        .arg(root.join("plugins/Cargo.toml"))
-        // From there, so that `plugins/.cargo/config.toml` applies.
-        .current_dir(root.join("plugins"))
-        .status()
-        .expect("cargo runs");
-    assert!(
-        status.success(),
-        "building the plugins failed (`make deps`)"
-    );
-    std::fs::read(root.join(format!("plugins/target/wasm32-wasip2/release/{name}.wasm")))
-        .expect("the plugin is built")
+    std::fs::read(weft_testkit::plugin_wasm(name)).expect("the plugin is built")
 }
 
 fn main() {
@@ -257,7 +243,7 @@ fn main() {
     cache.load(&rt, &digest, &bytes).unwrap();
     let hit = sample(LOADS, || {
         let (c, outcome) = cache.load(&rt, &digest, &bytes).unwrap();
-        assert_eq!(outcome, weft::plugins::CacheOutcome::Hit);
+        assert_eq!(outcome, weft_plugins::CacheOutcome::Hit);
         std::hint::black_box(c);
     });
 

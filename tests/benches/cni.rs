@@ -1,7 +1,7 @@
 //! CNI benchmark: `weft-cni` ADD to a ready endpoint (interfaces, address, identity in
 //! etcd, ipcache entry published), p50 and p99 over 100 pods, next to setting up the
 //! same namespace and veth by hand with `ip` in the same run, pod by pod alternately.
-//! `cargo bench -p weft --bench cni` (root: it makes namespaces, all removed after).
+//! `cargo bench -p weft-e2e --bench cni` (root: it makes namespaces, all removed after).
 //!
 //! Both sides start from `ip netns add`; the hand-made side then creates the veth pair,
 //! moves and renames its end, adds the address and the two routes in the pod, and the

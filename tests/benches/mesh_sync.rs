@@ -1,17 +1,18 @@
 //! Cluster-mesh sync benchmark: time from adding a remote cluster to all four barriers
 //! released, next to a raw paged range read of the same keys in the same run, and the
-//! agent's peak memory. `make bench` (or `cargo bench -p weft --bench mesh_sync`).
+//! agent's peak memory. `make bench` (or `cargo bench -p weft-e2e --bench mesh_sync`).
 //!
 //! One remote etcd holds 100,000 ipcache entries, 10,000 identities, 5,000 nodes and
 //! 1,000 services. The agent is the real `weftd` with the rate limit off.
 
 use weft_testkit as support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+use support::agent::{start_unlimited, status};
 use support::{ip_json, node_json, service_json, Etcd};
-use weft::model::layout::{self, Layout};
-use weft::model::Resource;
+use weft_model::layout::{self, Layout};
+use weft_model::Resource;
 
 const CLUSTER: &str = "bench";
 const ID: u32 = 7;
@@ -65,20 +66,20 @@ fn prefixes() -> [String; 4] {
 /// counted and dropped (no decoding, no stores).
 async fn list_watch_only(etcd: &Etcd) -> Duration {
     use futures::StreamExt;
-    let endpoints = weft::kvstore::Endpoints {
+    let endpoints = weft_kvstore::Endpoints {
         urls: vec![etcd.url()],
         ..Default::default()
     };
-    let config = weft::kvstore::Config::default().unlimited();
-    let client = weft::kvstore::Client::connect(&endpoints, &config)
+    let config = weft_kvstore::Config::default().unlimited();
+    let client = weft_kvstore::Client::connect(&endpoints, &config)
         .await
         .unwrap();
     let start = Instant::now();
     let lists = prefixes().map(|p| {
-        let mut s = weft::kvstore::list_watch(client.clone(), p.to_owned());
+        let mut s = weft_kvstore::list_watch(client.clone(), p.to_owned());
         async move {
             while let Some(Ok(e)) = s.next().await {
-                if matches!(e, weft::kvstore::Event::InitDone { .. }) {
+                if matches!(e, weft_kvstore::Event::InitDone { .. }) {
                     break;
                 }
             }
@@ -93,27 +94,17 @@ async fn list_watch_only(etcd: &Etcd) -> Duration {
 async fn agent_sync(etcd: &Etcd) -> (Duration, u64) {
     let state = tempfile::tempdir().unwrap();
     let mesh = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weftd"))
-        .args(["run", "--cluster-name", "local", "--cluster-id", "1"])
-        .args(["--health-addr", "127.0.0.1:0"])
-        .args(["--kvstore-qps", "0", "--kvstore-max-in-flight", "0"])
-        .arg("--clustermesh-config")
-        .arg(mesh.path())
-        .arg("--state-dir")
-        .arg(state.path())
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    support::eventually("weftd answers", Duration::from_secs(30), || {
-        std::os::unix::net::UnixStream::connect(state.path().join("weftd.sock")).ok()
-    })
+    let mut child = start_unlimited(
+        Command::new(support::bin::weftd()),
+        mesh.path(),
+        state.path(),
+    )
     .await;
     let start = Instant::now();
     support::write_config_file(mesh.path(), CLUSTER, &etcd.url());
     loop {
-        let s = weft::api::fetch_status(state.path()).await.unwrap();
-        if s.clusters.first().is_some_and(|c| c.ready) {
+        let s = status(state.path()).await.unwrap();
+        if s["clusters"][0]["ready"] == true {
             break;
         }
         assert!(

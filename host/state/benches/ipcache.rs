@@ -1,16 +1,16 @@
 //! ipcache benchmark: 100,000 prefixes from mixed sources with a listener attached, then
 //! 10% updated and 10% deleted. Reports resolved upserts per second next to a baseline
 //! of plain `HashMap` inserts of the same entries in the same run, and resident memory
-//! per entry. `cargo bench -p weft --bench ipcache`.
+//! per entry. `cargo bench -p weft-state --bench ipcache`.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weft::ipcache::{Change, Entry, Fact, IpCache, Listener, Owner, Prefix, Source};
-use weft::model::layout;
-use weft::model::Labels;
+use weft_model::layout;
+use weft_model::Labels;
+use weft_state::ipcache::{Change, Entry, Fact, IpCache, Listener, Owner, Prefix, Source};
 
 const N: u32 = 100_000;
 

@@ -5,15 +5,16 @@
 //! same keys from the ten etcds at once in the same run, and the agent's peak memory.
 //! The etcds run on half of the CPUs and the reader (raw client or agent) on the others,
 //! as remote etcds never share the agent's node; `WEFT_SCALE_SHARED=1` shares them all.
-//! `cargo bench -p weft --bench scale`.
+//! `cargo bench -p weft-e2e --bench scale`.
 
 use weft_testkit as support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+use support::agent::{start_unlimited, status};
 use support::{ip_json, node_json, Etcd};
-use weft::model::layout::{self, Layout};
-use weft::model::Resource;
+use weft_model::layout::{self, Layout};
+use weft_model::Resource;
 
 /// Remote clusters; `WEFT_SCALE_CLUSTERS` takes fewer for a profile.
 fn clusters() -> u32 {
@@ -95,37 +96,24 @@ async fn agent_sync(etcds: &[(u32, Etcd)]) -> (Duration, u64, Duration) {
     // `WEFT_AGENT_WRAPPER` runs the agent under a profiler (`heaptrack`, say).
     let wrapper = std::env::var("WEFT_AGENT_WRAPPER").unwrap_or_default();
     let mut words = wrapper.split_whitespace();
-    let mut cmd = match words.next() {
+    let cmd = match words.next() {
         Some(program) => {
             let mut c = Command::new(program);
-            c.args(words).arg(env!("CARGO_BIN_EXE_weftd"));
+            c.args(words).arg(support::bin::weftd());
             c
         }
-        None => Command::new(env!("CARGO_BIN_EXE_weftd")),
+        None => Command::new(support::bin::weftd()),
     };
-    let mut child = cmd
-        .args(["run", "--cluster-name", "local", "--cluster-id", "1"])
-        .args(["--health-addr", "127.0.0.1:0"])
-        .args(["--kvstore-qps", "0", "--kvstore-max-in-flight", "0"])
-        .arg("--clustermesh-config")
-        .arg(mesh.path())
-        .arg("--state-dir")
-        .arg(state.path())
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    support::eventually("weftd answers", Duration::from_secs(30), || {
-        std::os::unix::net::UnixStream::connect(state.path().join("weftd.sock")).ok()
-    })
-    .await;
+    let mut child = start_unlimited(cmd, mesh.path(), state.path()).await;
     let start = Instant::now();
     for (id, etcd) in etcds {
         support::write_config_file(mesh.path(), &name(*id), &etcd.url());
     }
     loop {
-        let s = weft::api::fetch_status(state.path()).await.unwrap();
-        let ready = s.clusters.iter().filter(|c| c.ready).count();
+        let s = status(state.path()).await.unwrap();
+        let ready = s["clusters"]
+            .as_array()
+            .map_or(0, |c| c.iter().filter(|c| c["ready"] == true).count());
         if ready == etcds.len() {
             break;
         }
@@ -136,24 +124,22 @@ async fn agent_sync(etcds: &[(u32, Etcd)]) -> (Duration, u64, Duration) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let took = start.elapsed();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
-    let hwm = status
+    let proc_status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let hwm = proc_status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0);
-    let status = weft::api::fetch_status(state.path()).await.ok();
-    let entries = status
-        .as_ref()
-        .and_then(|s| s.totals.as_ref())
-        .map_or(0, |t| t.ipcache);
+    let report = status(state.path()).await.unwrap_or_default();
+    let entries = report["totals"]["ipcache"].as_u64().unwrap_or(0);
     println!("weftd holds {entries} resolved ipcache entries");
     // When each cluster's ipcache barrier went, from its addition: the spread says
     // whether the clusters were served together or one after another.
-    let mut ipcache: Vec<u64> = status
-        .iter()
-        .flat_map(|s| &s.clusters)
-        .filter_map(|c| c.synced_after_ms.ipcache)
+    let mut ipcache: Vec<u64> = report["clusters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["synced_after_ms"]["ipcache"].as_u64())
         .collect();
     ipcache.sort_unstable();
     println!("ipcache barriers released after (ms, per cluster): {ipcache:?}");

@@ -4,7 +4,7 @@
 //! restart, from the agent's own log: when the remote ipcache and identities are in
 //! (their barriers released: the baseline, the time the remote state takes to arrive)
 //! and when the last endpoint is switched to the new generation. Median of 3 rounds.
-//! `cargo bench -p weft --bench restart` (root and BPF: it makes namespaces and pins,
+//! `cargo bench -p weft-e2e --bench restart` (root and BPF: it makes namespaces and pins,
 //! all removed after).
 
 use weft_testkit as support;
@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use support::agent::{cluster_config, Agent};
 use support::netns::Netns;
 use support::{ip_json, Etcd};
-use weft::model::layout;
+use weft_model::layout;
 
 const PODS: usize = 100;
 const ENTRIES: u32 = 50_000;
@@ -106,7 +106,7 @@ async fn main() {
         "/sys/fs/bpf/weft-bench-{}-restart",
         std::process::id()
     ));
-    weft::datapath::Datapath::remove_all(&root);
+    weft_datapath::Datapath::remove_all(&root);
     let policies = tempfile::tempdir().unwrap();
     std::fs::write(policies.path().join("bench.yaml"), POLICY).unwrap();
     let flags: Vec<OsString> = ["--native-device", "weftv0", "--pod-cidr", "10.90.0.0/24"]
@@ -172,7 +172,7 @@ async fn main() {
     }
     drop(agent);
     drop(pods);
-    weft::datapath::Datapath::remove_all(&root);
+    weft_datapath::Datapath::remove_all(&root);
     let (arrived, first, switched) = (median(arrived), median(firsts), median(switched));
     println!(
         "restart with {PODS} endpoints and {NODES} remote nodes, {ENTRIES} remote ipcache entries ({IDENTITIES} identities), median of {ROUNDS}"

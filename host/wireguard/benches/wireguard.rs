@@ -10,17 +10,17 @@
 //!   some node: once flushed one by one (a UAPI round trip each, the worst case), and
 //!   once as a burst. Next to them, the cost of sending the full configuration again.
 //!
-//! `cargo bench -p weft --bench wireguard`.
+//! `cargo bench -p weft-wireguard --bench wireguard`.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use weft::ipcache::{Fact, IpCache, Owner, Prefix, Source};
-use weft::model::{Node, NodeAddress};
-use weft::node::{NodeId, NodeListener as _};
-use weft::wireguard::{NodeKey, PeerSync, WireGuardDevice};
+use weft_model::{Node, NodeAddress};
+use weft_state::ipcache::{Fact, IpCache, Owner, Prefix, Source};
+use weft_state::node::{NodeId, NodeListener as _};
 use weft_testkit as support;
+use weft_wireguard::{NodeKey, PeerSync, WireGuardDevice};
 use wireguard_control::{DeviceUpdate, Key, PeerConfigBuilder};
 
 const NODES: u32 = 1_000;
