@@ -24,13 +24,23 @@ pub enum Error {
         /// Addresses in use.
         used: usize,
     },
-    /// The state file cannot be read or written.
-    #[error("IPAM state {path}: {reason}")]
+    /// The state directory or a state file cannot be made, read or written.
+    #[error("IPAM state {}", path.display())]
     State {
+        /// The directory or file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A state file is not the allocations weft writes.
+    #[error("IPAM state {} is not JSON of allocations", path.display())]
+    Corrupt {
         /// The file.
         path: PathBuf,
-        /// Why.
-        reason: String,
+        /// serde_json's error.
+        #[source]
+        source: serde_json::Error,
     },
 }
 
@@ -54,11 +64,12 @@ impl Ipam {
     /// outside its CIDR (the node's CIDR changed) is dropped, with a warning.
     ///
     /// # Errors
-    /// [`Error::State`] when a state file exists but cannot be read.
+    /// [`Error::State`] when a state file exists but cannot be read, [`Error::Corrupt`]
+    /// when it holds no allocations.
     pub fn open(dir: &Path, cidrs: &[IpNet]) -> Result<Self, Error> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::State {
+        std::fs::create_dir_all(dir).map_err(|source| Error::State {
             path: dir.into(),
-            reason: e.to_string(),
+            source,
         })?;
         let mut pools = Vec::new();
         for cidr in cidrs {
@@ -70,17 +81,12 @@ impl Ipam {
             };
             let path = dir.join(format!("{family}.json"));
             let mut pool: Pool = match std::fs::read(&path) {
-                Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::State {
+                Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| Error::Corrupt {
                     path: path.clone(),
-                    reason: e.to_string(),
+                    source,
                 })?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Pool::default(),
-                Err(e) => {
-                    return Err(Error::State {
-                        path,
-                        reason: e.to_string(),
-                    })
-                }
+                Err(source) => return Err(Error::State { path, source }),
             };
             pool.owners.retain(|ip, owner| {
                 let keep = cidr.contains(ip);
@@ -200,9 +206,9 @@ fn nth(cidr: &IpNet, i: u128) -> IpAddr {
 
 fn store(path: &Path, pool: &Pool) -> Result<(), Error> {
     let bytes = serde_json::to_vec_pretty(pool).expect("a pool serialises");
-    weft_sys::fsutil::write_atomically(path, &bytes, 0o600).map_err(|e| Error::State {
+    weft_sys::fsutil::write_atomically(path, &bytes, 0o600).map_err(|source| Error::State {
         path: path.into(),
-        reason: e.to_string(),
+        source,
     })
 }
 

@@ -47,7 +47,7 @@ pub enum Error {
     #[error(transparent)]
     Ipam(#[from] super::ipam::Error),
     /// The records' directory cannot be opened.
-    #[error("endpoint records in {path}: {source}")]
+    #[error("endpoint records in {}", path.display())]
     Store {
         /// The directory.
         path: PathBuf,
@@ -379,7 +379,11 @@ impl EndpointManager {
                 super::ipam::Error::Exhausted { .. } => {
                     Failure::new(code::ADDRESSES_EXHAUSTED, "no address left", e.to_string())
                 }
-                e => Failure::new(5, "cannot store the address allocation", e.to_string()),
+                e => Failure::new(
+                    5,
+                    "cannot store the address allocation",
+                    weft_sys::error_chain(&e),
+                ),
             })?;
         record.addresses = addresses.clone();
         self.persist(record)?;

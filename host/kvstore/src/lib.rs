@@ -110,12 +110,12 @@ pub enum Error {
         timeout: Duration,
     },
     /// A watch ended or was cancelled by the server.
-    #[error("watch on {prefix:?} ended: {reason}")]
+    #[error("watch on {prefix:?} ended: {end}")]
     WatchEnded {
         /// The watched prefix.
         prefix: String,
-        /// Why, as far as known.
-        reason: String,
+        /// How it ended.
+        end: ServerEnd,
     },
     /// The revision to resume from was compacted: the prefix is listed again.
     #[error("watch on {prefix:?} at revision {revision} hit compaction at {compact_revision}; listing again")]
@@ -182,5 +182,27 @@ mod tests {
     fn range_end_of_a_prefix() {
         assert_eq!(prefix_range_end("cilium/a/"), b"cilium/a0".to_vec());
         assert_eq!(prefix_range_end(""), vec![0]);
+    }
+}
+
+/// How the server ended a watch (other than by compaction, which is
+/// [`Error::Compacted`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerEnd {
+    /// The server closed the stream.
+    Closed,
+    /// The server cancelled the watch, with its reason (etcd's text: the data).
+    Cancelled {
+        /// etcd's `cancel_reason`.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for ServerEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerEnd::Closed => f.write_str("stream closed by server"),
+            ServerEnd::Cancelled { reason } => write!(f, "cancelled: {reason}"),
+        }
     }
 }

@@ -399,7 +399,7 @@ impl Driver {
         loop {
             let resp = match stream.message().await {
                 Ok(Some(resp)) => resp,
-                Ok(None) => return Ok(WatchEnd::Broken(self.ended("stream closed by server"))),
+                Ok(None) => return Ok(WatchEnd::Broken(self.ended(crate::ServerEnd::Closed))),
                 Err(source) => {
                     return Ok(
                         match self.client.request_error("watch", &self.prefix, source) {
@@ -420,8 +420,10 @@ impl Driver {
                         compact_revision: resp.compact_revision(),
                     }));
                 }
-                let reason = format!("cancelled: {}", resp.cancel_reason());
-                return Ok(WatchEnd::Broken(self.ended(&reason)));
+                let end = crate::ServerEnd::Cancelled {
+                    reason: resp.cancel_reason().to_owned(),
+                };
+                return Ok(WatchEnd::Broken(self.ended(end)));
             }
             backoff.reset();
             // The response goes on as one batch.
@@ -458,10 +460,10 @@ impl Driver {
         }
     }
 
-    fn ended(&self, reason: &str) -> Error {
+    fn ended(&self, end: crate::ServerEnd) -> Error {
         Error::WatchEnded {
             prefix: self.prefix.clone(),
-            reason: reason.to_owned(),
+            end,
         }
     }
 }

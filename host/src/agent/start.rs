@@ -97,7 +97,7 @@ pub(super) async fn start_wireguard(
         .await
         .map_err(|e| wireguard::Error::Device {
             device,
-            reason: format!("reading its pod routes: {e}"),
+            source: wireguard::DeviceError::Routes(e),
         })?;
     state.nodes.subscribe(wg.peers.clone());
     state.nodes.subscribe(routes.clone());

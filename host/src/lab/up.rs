@@ -241,7 +241,7 @@ fn lab_key(spec: &Spec) -> Result<PathBuf, LabError> {
     let key = spec.dir.join("vendor.key");
     let trusted = spec.dir.join("trusted-keys");
     let public = crate::plugins::generate_signing_key(&key)
-        .map_err(|e| step("the lab's plugin key")(e.to_string()))?;
+        .map_err(|e| step("the lab's plugin key")(weft_sys::error_chain(&e)))?;
     std::fs::write(&trusted, format!("{}\n", hex::encode(public.as_bytes())))
         .map_err(|e| step("the trusted keys file")(e.to_string()))?;
     Ok(trusted)
@@ -339,7 +339,7 @@ pub fn install_plugin_version(
     )
     .map_err(|e| fail(e.to_string()))?;
     let key = crate::plugins::read_signing_key(&spec.dir.join("vendor.key"))
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail(weft_sys::error_chain(&e)))?;
     let staged = plugins.join(format!(".{name}.toml"));
     std::fs::write(
         &staged,
@@ -348,7 +348,7 @@ pub fn install_plugin_version(
         ),
     )
     .map_err(|e| fail(e.to_string()))?;
-    crate::plugins::seal(&staged, Some(&key)).map_err(|e| fail(e.to_string()))?;
+    crate::plugins::seal(&staged, Some(&key)).map_err(|e| fail(weft_sys::error_chain(&e)))?;
     if tamper {
         let wasm = plugins.join(&wasm_name);
         let mut bytes = std::fs::read(&wasm).map_err(|e| fail(e.to_string()))?;

@@ -6,7 +6,7 @@
 //!
 //! Either outlives the agent, so a restarted agent finds its tunnels carrying traffic.
 
-use super::{Error, NodeKey, PeerChange, FWMARK, LISTEN_PORT};
+use super::{DeviceError, Error, NodeKey, PeerChange, FWMARK, LISTEN_PORT};
 use std::collections::BTreeSet;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
@@ -125,9 +125,9 @@ impl WireGuardDevice {
     /// [`Error::Device`] when the helper cannot start or its socket does not answer in
     /// time.
     pub fn ensure(name: &str, netns: Option<&Path>, helper: &Path) -> Result<Self, Error> {
-        let bad = |reason: String| Error::Device {
+        let bad = |source: DeviceError| Error::Device {
             device: name.into(),
-            reason,
+            source,
         };
         let mut device = Self::named(name)?;
         if device.answers() {
@@ -155,7 +155,7 @@ impl WireGuardDevice {
             Ok(Err(e)) => {
                 tracing::info!(device = name, reason = %e, "no kernel WireGuard: userspace device")
             }
-            Err(e) => return Err(bad(e.to_string())),
+            Err(e) => return Err(bad(DeviceError::Netns(e))),
         }
         // A socket left by a helper that died: it would only refuse connections.
         let _ = std::fs::remove_file(device.socket_path());
@@ -164,41 +164,52 @@ impl WireGuardDevice {
         if let Some(ns) = netns {
             cmd.arg("--netns").arg(ns);
         }
+        let log_path = Path::new(RUN_DIR).join(format!("{name}.log"));
+        let log_error = |source| {
+            bad(DeviceError::Log {
+                path: log_path.clone(),
+                source,
+            })
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(Path::new(RUN_DIR).join(format!("{name}.log")))
+            .open(&log_path)
             .or_else(|_| {
                 std::fs::create_dir_all(RUN_DIR)?;
                 std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
-                    .open(Path::new(RUN_DIR).join(format!("{name}.log")))
+                    .open(&log_path)
             })
-            .map_err(|e| bad(format!("log file: {e}")))?;
+            .map_err(log_error)?;
         // Its own process group: a signal to the agent's group does not reach it.
         let mut child = cmd
             .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone().map_err(|e| bad(e.to_string()))?)
+            .stdout(log.try_clone().map_err(log_error)?)
             .stderr(log)
             .process_group(0)
             .spawn()
-            .map_err(|e| bad(format!("starting {}: {e}", helper.display())))?;
+            .map_err(|source| {
+                bad(DeviceError::Start {
+                    helper: helper.into(),
+                    source,
+                })
+            })?;
         let deadline = Instant::now() + START_TIMEOUT;
         while !device.answers() {
             if let Ok(Some(status)) = child.try_wait() {
-                let log = Path::new(RUN_DIR).join(format!("{name}.log"));
-                return Err(bad(format!(
-                    "weft-wg exited ({status}) before opening its socket; see {}",
-                    log.display()
-                )));
+                return Err(bad(DeviceError::Exited {
+                    status,
+                    log: log_path,
+                }));
             }
             if Instant::now() > deadline {
-                return Err(bad(format!(
-                    "weft-wg (pid {}) did not open {} within {START_TIMEOUT:?}",
-                    child.id(),
-                    device.socket_path().display()
-                )));
+                return Err(bad(DeviceError::NoSocket {
+                    pid: child.id(),
+                    socket: device.socket_path(),
+                    within: START_TIMEOUT,
+                }));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -218,7 +229,7 @@ impl WireGuardDevice {
                 Ok(status) => tracing::warn!(device = %device_name, %status, "weft-wg exited"),
                 Err(e) => tracing::warn!(device = %device_name, error = %e, "weft-wg not reaped"),
             })
-            .map_err(|e| bad(format!("reaper thread: {e}")))?;
+            .map_err(|e| bad(DeviceError::Reaper(e)))?;
         Ok(device)
     }
 
@@ -237,12 +248,10 @@ impl WireGuardDevice {
             if Instant::now() > deadline {
                 return Err(Error::Device {
                     device: name.into(),
-                    reason: format!(
-                        "no weft-wg answers on {} within {within:?}: the device is run outside \
-                         the agent (--wireguard-external-helper), by its own container or \
-                         process; is it running, with the same socket directory mounted?",
-                        device.socket_path().display()
-                    ),
+                    source: DeviceError::NotAdopted {
+                        socket: device.socket_path(),
+                        within,
+                    },
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -263,7 +272,7 @@ impl WireGuardDevice {
     pub fn named(name: &str) -> Result<Self, Error> {
         let iface = name.parse().map_err(|e| Error::Device {
             device: name.into(),
-            reason: format!("{e}"),
+            source: DeviceError::Name(e),
         })?;
         Ok(Self {
             name: name.into(),
@@ -348,7 +357,7 @@ impl WireGuardDevice {
         };
         result.map_err(|e| Error::Device {
             device: self.name.clone(),
-            reason: format!("update: {e}"),
+            source: DeviceError::Update(e),
         })
     }
 
@@ -377,7 +386,7 @@ impl WireGuardDevice {
         };
         result.map_err(|e| Error::Device {
             device: self.name.clone(),
-            reason: format!("get: {e}"),
+            source: DeviceError::Get(e),
         })
     }
 

@@ -2,7 +2,7 @@
 //! when missing, never logged. It is written whole or not at all (a crash cannot leave
 //! an empty key behind), and a key file others may read is refused, not used.
 
-use super::Error;
+use super::{Error, KeyError};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use wireguard_control::Key;
@@ -31,27 +31,24 @@ impl NodeKey {
     /// [`Error::Key`] when the file cannot be read or written, holds no key, or may be
     /// read by others than its owner.
     pub fn load_or_create(path: &Path) -> Result<Self, Error> {
-        let bad = |reason: String| Error::Key {
+        let bad = |source: KeyError| Error::Key {
             path: path.into(),
-            reason,
+            source,
         };
         let existing = match std::fs::metadata(path) {
             Ok(meta) => {
                 let mode = meta.permissions().mode() & 0o777;
                 if mode & 0o077 != 0 {
-                    return Err(bad(format!(
-                        "mode {mode:04o} lets others than its owner read the private key: make it 0600"
-                    )));
+                    return Err(bad(KeyError::Mode { mode }));
                 }
-                let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+                let text = std::fs::read_to_string(path).map_err(|e| bad(KeyError::Io(e)))?;
                 (!text.trim().is_empty()).then_some(text)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(bad(e.to_string())),
+            Err(e) => return Err(bad(KeyError::Io(e))),
         };
         let private = match existing {
-            Some(text) => Key::from_base64(text.trim())
-                .map_err(|_| bad("not a base64 WireGuard key".into()))?,
+            Some(text) => Key::from_base64(text.trim()).map_err(|_| bad(KeyError::NotBase64))?,
             None => {
                 let key = Key::generate_private();
                 weft_sys::fsutil::write_atomically(
@@ -59,7 +56,7 @@ impl NodeKey {
                     format!("{}\n", key.to_base64()).as_bytes(),
                     0o600,
                 )
-                .map_err(|e| bad(e.to_string()))?;
+                .map_err(|e| bad(KeyError::Io(e)))?;
                 tracing::info!(path = %path.display(), "WireGuard private key generated");
                 key
             }
@@ -104,12 +101,12 @@ mod tests {
         assert_eq!(NodeKey::load_or_create(&path).unwrap(), made);
 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = NodeKey::load_or_create(&path).unwrap_err().to_string();
+        let e = weft_sys::error_chain(&NodeKey::load_or_create(&path).unwrap_err());
         assert!(e.contains("mode 0644"), "{e}");
 
         std::fs::write(&path, "not a key\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let e = NodeKey::load_or_create(&path).unwrap_err().to_string();
+        let e = weft_sys::error_chain(&NodeKey::load_or_create(&path).unwrap_err());
         assert!(e.contains("not a base64 WireGuard key"), "{e}");
     }
 }

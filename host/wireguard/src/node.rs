@@ -2,7 +2,7 @@
 //! started, up, with its MTU), and the peer stage subscribed to nodes and the ipcache.
 //! A device that goes away (its helper killed) is opened again by the stage.
 
-use super::{link, Error, NodeKey, PeerSync, WireGuardDevice};
+use super::{link, DeviceError, Error, NodeKey, PeerSync, WireGuardDevice};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use weft_state::node::NodeId;
@@ -90,27 +90,29 @@ fn open_device(config: &NodeWireGuardConfig, key: &NodeKey) -> Result<WireGuardD
         WireGuardDevice::ensure(&config.device, config.netns.as_deref(), &config.helper)?
     };
     device.configure(key)?;
-    let bad = |reason: String| Error::Device {
+    let bad = |source: DeviceError| Error::Device {
         device: config.device.clone(),
-        reason,
+        source,
     };
     let name = config.device.clone();
     let native = config.mtu_device.clone();
     let mtu = in_netns(config.netns.as_deref(), move || {
         let mtu = match native {
             Some(native) => {
-                let native_mtu = link::mtu(&native)
-                    .map_err(|e| format!("MTU of native device {native}: {e}"))?;
+                let native_mtu = link::mtu(&native).map_err(|source| DeviceError::NativeMtu {
+                    device: native.clone(),
+                    source,
+                })?;
                 let mtu = native_mtu.saturating_sub(link::WIREGUARD_OVERHEAD);
-                link::set_mtu(&name, mtu).map_err(|e| format!("setting MTU {mtu}: {e}"))?;
+                link::set_mtu(&name, mtu).map_err(|source| DeviceError::SetMtu { mtu, source })?;
                 Some(mtu)
             }
             None => None,
         };
-        link::set_up(&name).map_err(|e| format!("bringing it up: {e}"))?;
-        Ok::<Option<u32>, String>(mtu)
+        link::set_up(&name).map_err(DeviceError::Up)?;
+        Ok::<Option<u32>, DeviceError>(mtu)
     })
-    .map_err(|e| bad(e.to_string()))?
+    .map_err(|e| bad(DeviceError::Netns(e)))?
     .map_err(bad)?;
     tracing::info!(device = %config.device, ?mtu, "WireGuard device up");
     Ok(device)

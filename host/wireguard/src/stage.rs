@@ -250,7 +250,7 @@ impl PeerSync {
         let shared = self.shared.lock().expect("wireguard status lock");
         let mut status = shared.status.clone();
         let now = SystemTime::now();
-        let device = device.inspect_err(|e| status.device_error = Some(e.to_string()));
+        let device = device.inspect_err(|e| status.device_error = Some(weft_sys::error_chain(e)));
         if let Ok(device) = device {
             status.peers = device
                 .peers
@@ -357,12 +357,12 @@ impl Worker {
             let Err(e) = result else { break };
             shared.status.failed_updates += 1;
             drop(shared);
-            tracing::warn!(error = %e, attempt, "WireGuard update refused; resyncing with the device");
+            tracing::warn!(error = %weft_sys::error_chain(&e), attempt, "WireGuard update refused; resyncing with the device");
             match self.device.peers() {
                 Ok(actual) => self.table.resync(actual),
                 Err(_) if self.revive_device() => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, "WireGuard device unreadable; changes wait for the next event");
+                    tracing::warn!(error = %weft_sys::error_chain(&e), "WireGuard device unreadable; changes wait for the next event");
                     break;
                 }
             }
@@ -413,7 +413,7 @@ impl Worker {
                 true
             }
             Err(e) => {
-                tracing::warn!(error = %e, "WireGuard device gone and not opened again; tried at the next check");
+                tracing::warn!(error = %weft_sys::error_chain(&e), "WireGuard device gone and not opened again; tried at the next check");
                 false
             }
         }

@@ -80,7 +80,7 @@ pub fn verify_plugin(
             return Ok(Verdict {
                 manifest: None,
                 accepted: false,
-                detail: e.to_string(),
+                detail: weft_sys::error_chain(&e),
             })
         }
     };
@@ -92,7 +92,7 @@ pub fn verify_plugin(
                 None => "unsigned, allowed by --allow-unsigned".into(),
             },
         ),
-        Err(e) => (false, e.to_string()),
+        Err(e) => (false, weft_sys::error_chain(&e)),
     };
     Ok(Verdict {
         manifest: Some(manifest),
