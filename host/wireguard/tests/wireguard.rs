@@ -319,7 +319,10 @@ fn the_agents_device_gets_the_native_mtu_less_the_overhead_and_keeps_its_key() {
     let err = NodeWireGuard::start(&config, state.path(), local)
         .err()
         .expect("no such native device");
-    assert!(err.to_string().contains("nosuchdev0"), "{err}");
+    assert!(
+        weft_sys::error_chain(&err).contains("nosuchdev0"),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -409,7 +412,7 @@ fn a_hung_helper_or_a_missing_socket_is_an_error_in_bounded_time() {
     for _ in 0..3 {
         let (device, done) = (device.clone(), done.clone());
         std::thread::spawn(move || {
-            let _ = done.send(device.get().map(drop).unwrap_err().to_string());
+            let _ = done.send(weft_sys::error_chain(&device.get().map(drop).unwrap_err()));
         });
     }
     // Each caller hears back within the UAPI timeout, the queue's wait included.
@@ -427,9 +430,10 @@ fn a_hung_helper_or_a_missing_socket_is_an_error_in_bounded_time() {
 
     // No socket: the crate would start `wireguard-go`; the device says it is gone.
     let gone = WireGuardDevice::named(&format!("wgn{}", std::process::id())).unwrap();
-    let error = gone
-        .apply(DeviceUpdate::new().set_listen_port(LISTEN_PORT))
-        .unwrap_err()
-        .to_string();
+    let error = weft_sys::error_chain(
+        &gone
+            .apply(DeviceUpdate::new().set_listen_port(LISTEN_PORT))
+            .unwrap_err(),
+    );
     assert!(error.contains("UAPI socket is gone"), "{error}");
 }
