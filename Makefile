@@ -51,7 +51,7 @@ bench: deps plugins
 	$(CARGO) bench -p weft-state --bench ipcache
 	$(CARGO) bench -p weft-plugins --bench plugins
 	$(CARGO) bench -p weft-datapath --bench datapath
-	$(CARGO) bench -p weft-wireguard --bench wireguard
+	$(CARGO) bench -p weft-e2e --bench wireguard
 	$(CARGO) bench -p weft-e2e --bench cni
 	$(CARGO) bench -p weft-e2e --bench restart
 	$(CARGO) bench -p weft --bench lab

@@ -10,7 +10,7 @@
 //!   some node: once flushed one by one (a UAPI round trip each, the worst case), and
 //!   once as a burst. Next to them, the cost of sending the full configuration again.
 //!
-//! `cargo bench -p weft-wireguard --bench wireguard`.
+//! `cargo bench -p weft-e2e --bench wireguard`.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
