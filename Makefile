@@ -18,8 +18,11 @@ plugins: deps
 	cd plugins && $(CARGO) build --release --target wasm32-wasip2
 
 ## test: unit, doc and integration tests (real etcd processes on loopback, real plugins).
+## One cargo builds the tests and the executables the end-to-end tests start (weftd,
+## weft-wg, weft-cni: their packages' own integration tests make cargo build them), so
+## weft-testkit need not build them again (host/testkit/src/bin.rs).
 test: deps plugins
-	$(CARGO) test --workspace
+	WEFT_TEST_BUILT_EXECUTABLES=1 $(CARGO) test --workspace
 
 lint:
 	$(CARGO) fmt --all -- --check

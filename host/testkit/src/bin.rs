@@ -6,6 +6,13 @@
 //! cargo that built the test and in its profile, into the target directory the test
 //! runs from (a no-op when up to date), so that they sit side by side as `weftd lab`
 //! and the chart's pod expect.
+//!
+//! `make test` sets `WEFT_TEST_BUILT_EXECUTABLES=1`: its `cargo test --workspace`
+//! has built all three already, in its own parallel compile (each package has an
+//! integration test, and cargo builds a package's executables for those), with the
+//! test build's features. A nested `cargo build -p …` resolves features without the
+//! tests' dev-dependencies (tokio's `test-util`, …), so it would build most of the
+//! dependency graph a second time, one crate after another while the tests wait.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,10 +36,22 @@ fn profile_dir() -> PathBuf {
     deps.parent().expect("the profile directory").to_path_buf()
 }
 
+/// Set by `make test` when its test build has built the executables (see above).
+const BUILT: &str = "WEFT_TEST_BUILT_EXECUTABLES";
+
 /// Builds `packages` (cargo's `-p`/`--bin` words) in the test's profile and returns
 /// the path of `name` in its directory.
 fn build(packages: &[&str], name: &str) -> &'static str {
     let dir = profile_dir();
+    if std::env::var_os(BUILT).is_some_and(|v| v == "1") {
+        let path = dir.join(name);
+        assert!(
+            path.is_file(),
+            "{BUILT}=1 but {} is missing: the test build did not build it",
+            path.display()
+        );
+        return Box::leak(path.to_str().expect("a UTF-8 target directory").into());
+    }
     let mut cargo = Command::new(env!("CARGO"));
     cargo.arg("build").args(packages).current_dir(root());
     if dir.ends_with("release") {
