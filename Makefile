@@ -28,7 +28,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p weft --no-default-features --bins -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p weft -p weft-model -p weft-kvstore -p weft-sys -p weft-hooks -p weft-plugins -p weft-state -p weft-clustermesh -p weft-datapath -p weft-wireguard -p weft-endpoint -p weft-k8s --no-deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p weft -p weft-model -p weft-kvstore -p weft-sys -p weft-hooks -p weft-plugins -p weft-state -p weft-clustermesh -p weft-datapath -p weft-wireguard -p weft-endpoint -p weft-k8s -p weft-kubeapi --no-deps
 
 ## demo: `weftd lab up` (2 clusters x 2 nodes x 2 pods: namespaces, etcd, weftd with
 ## WireGuard, the BPF datapath and signed plugins, pods through weft-cni, the matrix),

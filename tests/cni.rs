@@ -17,13 +17,7 @@ use support::{eventually, Etcd};
 /// Runs `weft-cni` for pod `shop/<pod>` with `conf` on stdin: stdout as JSON (null
 /// when empty) and the exit status.
 fn cni(command: &str, pod: &str, netns: Option<&Path>, conf: &Value) -> (Value, i32) {
-    let (text, status) = support::cni::run(command, pod, "shop", netns, &conf.to_string());
-    let value = if text.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text).unwrap()
-    };
-    (value, status)
+    weft_testkit::cni::call(command, pod, netns, conf)
 }
 
 fn conf(agent: &Agent) -> Value {
@@ -37,12 +31,7 @@ fn conf(agent: &Agent) -> Value {
 }
 
 async fn get(etcd: &Etcd, key: &str) -> Option<Value> {
-    let mut c = etcd.client().await;
-    let resp = c.get(key, None).await.unwrap();
-    resp.kvs().first().map(|kv| {
-        let v = kv.value_str().unwrap();
-        serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned()))
-    })
+    etcd.get_json(key).await
 }
 
 fn has_link(ns: &Netns, name: &str) -> bool {

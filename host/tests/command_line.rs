@@ -94,11 +94,48 @@ fn a_malformed_argument_names_its_flag() {
         "{err}"
     );
 
-    let out = weftd(&["run", "--clustermesh-ip-identities-sync-timeout", "soon"]);
+    let out = weftd(&["run", "--clustermesh-sync-timeout", "soon"]);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(
-        err.contains("--clustermesh-ip-identities-sync-timeout") && err.contains("soon"),
+        err.contains("--clustermesh-sync-timeout") && err.contains("soon"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_sync_timeout_has_the_established_name_and_the_seeds_as_alias() {
+    let help = text(&weftd(&["run", "--help"]).stdout);
+    assert!(help.contains("--clustermesh-sync-timeout"), "{help}");
+    assert!(
+        help.contains("clustermesh-ip-identities-sync-timeout"),
+        "{help}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    for name in [
+        "--clustermesh-sync-timeout",
+        "--clustermesh-ip-identities-sync-timeout",
+    ] {
+        let out = weftd(&[
+            "run",
+            name,
+            "5s",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--print-written-paths",
+        ]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn a_label_pattern_that_is_not_a_regex_is_named() {
+    let out = weftd(&["run", "--labels", "k8s:app k8s:(unclosed"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("k8s:(unclosed") && err.contains("--labels"),
         "{err}"
     );
 }

@@ -3,6 +3,8 @@
 //!
 //! - [`ipam`]: addresses from the node's pod CIDRs, remembered across restarts;
 //! - [`link`]: the veth pair, addresses and routes, through rtnetlink;
+//! - [`pods`]: where a pod's labels come from in Kubernetes mode (the agent's Pod
+//!   store, behind [`PodDirectory`]);
 //! - [`store`]: one record per endpoint, written before the first side effect;
 //! - [`manager`]: the CNI operations, each step idempotent, with crash recovery, and
 //!   each endpoint's regeneration task;
@@ -23,10 +25,12 @@
 pub mod ipam;
 pub mod link;
 pub mod manager;
+pub mod pods;
 pub mod regeneration;
 pub mod store;
 pub mod switch;
 pub mod wait;
 
 pub use manager::{Config, EndpointManager};
+pub use pods::{PodDirectory, PodLookupError, PodRef};
 pub use switch::EndpointSwitch;

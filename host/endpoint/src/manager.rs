@@ -7,6 +7,7 @@
 
 use super::ipam::Ipam;
 use super::link::{self, Plan};
+use super::pods::{PodDirectory, PodRef};
 use super::regeneration::{self, EndpointDatapath, Regenerate, Regeneration};
 use super::store::{Phase, Record, Store};
 use ipnet::IpNet;
@@ -72,6 +73,10 @@ pub struct EndpointManager {
     datapath: std::sync::OnceLock<Arc<dyn EndpointDatapath>>,
     /// Regenerations under way, by endpoint.
     waits: std::sync::Mutex<BTreeMap<String, (tokio::task::AbortHandle, Regeneration)>>,
+    /// The Pod store, in Kubernetes mode: the ADD's labels come from it.
+    pods: std::sync::OnceLock<Arc<dyn PodDirectory>>,
+    /// Whether the runtime's labels were ignored for the API's once already (logged once).
+    runtime_labels_ignored: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for EndpointManager {
@@ -107,7 +112,50 @@ impl EndpointManager {
             regenerate,
             datapath: std::sync::OnceLock::new(),
             waits: Default::default(),
+            pods: std::sync::OnceLock::new(),
+            runtime_labels_ignored: Default::default(),
         })
+    }
+
+    /// Takes pods' labels from `pods` (Kubernetes mode) from now on.
+    pub fn set_pod_directory(&self, pods: Arc<dyn PodDirectory>) {
+        let _ = self.pods.set(pods);
+    }
+
+    /// The identity labels of the pod an ADD is for: from the Pod store in Kubernetes
+    /// mode (waiting for its event, bounded), else from what the runtime passed.
+    async fn labels_for(&self, call: &CniCall) -> Result<(Labels, Option<PodRef>), Failure> {
+        let namespace = call.arg("K8S_POD_NAMESPACE").unwrap_or_default();
+        let runtime = pod_labels(call)?;
+        let Some(pods) = self.pods.get() else {
+            return Ok((
+                identity_labels(&self.config.cluster, namespace, &runtime),
+                None,
+            ));
+        };
+        if !runtime.is_empty()
+            && !self
+                .runtime_labels_ignored
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::info!(
+                "the runtime passes pod labels, and the Kubernetes API is there: the API's labels are used (logged once)"
+            );
+        }
+        let pod = PodRef {
+            namespace: namespace.to_owned(),
+            name: call.arg("K8S_POD_NAME").unwrap_or_default().to_owned(),
+            uid: call.arg("K8S_POD_UID").map(str::to_owned),
+        };
+        match pods.identity_labels(&pod).await {
+            Ok(labels) => Ok((labels, Some(pod))),
+            // The specification's "try again later": the runtime retries the sandbox.
+            Err(e) => Err(Failure::new(
+                11,
+                "the pod's labels are not known yet",
+                e.to_string(),
+            )),
+        }
     }
 
     /// Switches endpoints to `datapath` at the end of their regeneration from now on.
@@ -289,11 +337,28 @@ impl EndpointManager {
     /// # Errors
     /// [`Failure`] with the specification's code, or the agent's ([`code`]).
     pub async fn handle(self: &Arc<Self>, call: CniCall) -> Result<CniAnswer, Failure> {
+        if call.command == Command::Add {
+            // Before the lock: the wait for a late Pod event must not hold up other pods.
+            let (labels, pod) = self.labels_for(&call).await?;
+            let added = {
+                let _op = self.ops.lock().await;
+                self.add(&call, labels).await?
+            };
+            // A label change that came while the ADD ran found no endpoint to relabel.
+            if let (Some(pods), Some(pod)) = (self.pods.get(), pod) {
+                if let Ok(now) = pods.identity_labels(&pod).await {
+                    if let Err(e) = self.relabel(&pod.namespace, &pod.name, &now).await {
+                        tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), error = %e, "cannot give the new pod its changed labels' identity");
+                    }
+                }
+            }
+            return Ok(CniAnswer {
+                result: Some(added),
+            });
+        }
         let _op = self.ops.lock().await;
         match call.command {
-            Command::Add => self.add(&call).await.map(|result| CniAnswer {
-                result: Some(result),
-            }),
+            Command::Add => unreachable!("handled above"),
             Command::Del => {
                 let key = key(&call);
                 let record = self.store.get(&key);
@@ -319,7 +384,7 @@ impl EndpointManager {
             .map_err(|e| Failure::new(5, "cannot write the endpoint's record", e.to_string()))
     }
 
-    async fn add(self: &Arc<Self>, call: &CniCall) -> Result<CNIResult, Failure> {
+    async fn add(self: &Arc<Self>, call: &CniCall, labels: Labels) -> Result<CNIResult, Failure> {
         let key = key(call);
         let netns = PathBuf::from(call.netns.clone().unwrap_or_default());
         if let Some(r) = self.store.get(&key) {
@@ -337,8 +402,6 @@ impl EndpointManager {
             ));
         }
         let namespace = call.arg("K8S_POD_NAMESPACE").unwrap_or_default().to_owned();
-        let pod_labels = pod_labels(call)?;
-        let labels = identity_labels(&self.config.cluster, &namespace, &pod_labels);
         let mut record = Record {
             key: key.clone(),
             container_id: call.container_id.clone(),
@@ -433,6 +496,63 @@ impl EndpointManager {
                 .map_err(|e| Failure::new(11, "cannot publish the ipcache entry", e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// Gives the endpoint of pod `namespace`/`name` the identity of `labels`, when its
+    /// pod's (or its namespace's) labels changed: the new identity first, then its
+    /// ipcache entries (each IP's key rewritten in place, never deleted), the record,
+    /// the old identity released, and a regeneration. Whether anything changed (no
+    /// ready endpoint of the pod, or the same labels: nothing).
+    ///
+    /// # Errors
+    /// [`Failure`] when the new identity or its entries cannot be written; the
+    /// endpoint keeps its old identity then, and the next change tries again.
+    pub async fn relabel(
+        self: &Arc<Self>,
+        namespace: &str,
+        name: &str,
+        labels: &Labels,
+    ) -> Result<bool, Failure> {
+        let _op = self.ops.lock().await;
+        let Some(mut record) =
+            self.store.records().into_iter().find(|r| {
+                r.namespace == namespace && r.pod_name == name && r.phase == Phase::Ready
+            })
+        else {
+            return Ok(false);
+        };
+        let text = labels.to_string();
+        if record.labels == text {
+            return Ok(false);
+        }
+        let old: Option<Labels> = record.labels.parse().ok();
+        let id = self.identities.acquire(labels).await.map_err(|e| {
+            Failure::new(
+                code::IDENTITY,
+                "cannot allocate the security identity",
+                e.to_string(),
+            )
+        })?;
+        if let Err(e) = self.publish(&record, id).await {
+            // Not adopted: the old identity's entries stay, the new one goes.
+            if let Err(release) = self.identities.release(labels).await {
+                tracing::warn!(endpoint = record.key, error = %release, "cannot release an identity not adopted");
+            }
+            return Err(e);
+        }
+        let previous = record.identity;
+        record.labels = text;
+        record.identity = Some(id);
+        self.persist(&record)?;
+        if let Some(old) = old {
+            if let Err(e) = self.identities.release(&old).await {
+                tracing::warn!(endpoint = record.key, error = %e, "cannot release the old identity");
+            }
+        }
+        tracing::info!(endpoint = record.key, from = ?previous, to = id, "labels changed: new identity");
+        // Old plugins know no labels-change reason: to them it is an identity change.
+        self.regenerate(&record, RegenerationReason::IdentityChange);
+        Ok(true)
     }
 
     /// A restored endpoint's identity and ipcache entries, on this agent's lease.

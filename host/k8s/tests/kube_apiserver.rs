@@ -153,5 +153,5 @@ async fn the_source_is_off_without_a_kubernetes_configuration() {
     // No kubeconfig, no in-cluster service account in this environment.
     std::env::set_var("KUBECONFIG", "/nonexistent/weft-test-kubeconfig");
     std::env::remove_var("KUBERNETES_SERVICE_HOST");
-    assert!(weft_k8s::client_if_configured().await.is_none());
+    assert!(weft_k8s::client(None).await.unwrap().is_none());
 }

@@ -18,6 +18,7 @@
 mod cluster_config;
 mod identity;
 mod ip_identity;
+mod label_filter;
 mod labels;
 pub mod layout;
 mod net;
@@ -31,7 +32,11 @@ mod service;
 pub use cluster_config::{Capabilities, ClusterConfig};
 pub use identity::{Identity, Label, Labels, LabelsError};
 pub use ip_identity::{IpIdentityPair, NamedPort};
-pub use labels::{CLUSTER_LABEL, NAMESPACE_LABEL};
+pub use label_filter::{LabelFilter, LabelFilterError, DEFAULT_PATTERNS};
+pub use labels::{
+    pod_identity_labels, PodIdentitySource, CLUSTER_LABEL, NAMESPACE_LABEL,
+    NAMESPACE_LABELS_PREFIX, POLICY_LABELS_PREFIX, SERVICE_ACCOUNT_LABEL,
+};
 pub use net::IpNet;
 pub use node::{Node, NodeAddress};
 pub use prefix::{Prefix, PrefixError};

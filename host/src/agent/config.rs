@@ -39,6 +39,17 @@ pub struct Config {
     pub prometheus_serve_addr: Option<std::net::SocketAddr>,
     /// Where `/healthz` and `/readyz` are served; `None`: not served.
     pub health_addr: Option<std::net::SocketAddr>,
+    /// The Kubernetes API and what identities take from it.
+    pub kubernetes: KubernetesConfig,
+}
+
+/// The Kubernetes API: where it is, and which labels make identities.
+#[derive(Debug, Clone, Default)]
+pub struct KubernetesConfig {
+    /// `--k8s-kubeconfig-path`; `None`: in-cluster, else the environment's.
+    pub kubeconfig: Option<PathBuf>,
+    /// The identity-relevant label filter (`--labels` on the established defaults).
+    pub labels: weft_model::LabelFilter,
 }
 
 /// This node's endpoints.

@@ -3,10 +3,11 @@
 //! its handle; `status.rs` builds the one status the API and the metrics share.
 
 mod config;
+mod pods;
 mod start;
 mod status;
 
-pub use config::{Config, EndpointsConfig, PluginsConfig, WrittenPath};
+pub use config::{Config, EndpointsConfig, KubernetesConfig, PluginsConfig, WrittenPath};
 
 use crate::api;
 use crate::clustermesh::ClusterMesh;
@@ -98,6 +99,17 @@ struct Agent {
     policies: Policies,
     /// Set once the local etcd is connected; until then CNI calls are told to retry.
     endpoints: Arc<OnceLock<Arc<EndpointManager>>>,
+    /// Set once the Kubernetes sources are started (or found unusable); unset without
+    /// a Kubernetes configuration.
+    kubernetes: Arc<OnceLock<Kubernetes>>,
+}
+
+/// The Kubernetes side of the agent.
+enum Kubernetes {
+    /// The sources, followed.
+    Sources(Box<crate::k8s::KubernetesSources>),
+    /// The configuration asked for cannot be used: why (the agent runs on, not ready).
+    Unusable(String),
 }
 
 /// Runs the agent until `shutdown` completes, then stops the mesh without draining.
@@ -121,7 +133,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let datapath = start_datapath(&config, &state)?;
     // Without a kvstore, this node is the only local node there is.
     let (local_nodes_synced, local_nodes) = watch::channel(config.kvstore_endpoints.is_empty());
-    start_health(&config, &local_nodes, &plugins, &mut tasks).await?;
+    let k8s_client = crate::k8s::client(config.kubernetes.kubeconfig.as_deref()).await;
+    // Ready at once without Kubernetes; never with a configuration that cannot be used.
+    let (k8s_synced_tx, k8s_synced) = watch::channel(matches!(k8s_client, Ok(None)));
+    start_health(&config, &local_nodes, &k8s_synced, &plugins, &mut tasks).await?;
     let policies = start_policies(&config, &mut tasks);
     let agent = Agent {
         config,
@@ -133,16 +148,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         wireguard,
         policies,
         endpoints: Arc::default(),
+        kubernetes: Arc::default(),
     };
     let status = status::report(&agent);
     start_metrics(&agent, status.clone(), &mut tasks).await?;
     start_api(&agent, status, &mut tasks)?;
     start_wireguard_gc(&agent, local_nodes, &mut tasks);
+    // Before the endpoints: their ADDs take pods' labels from the Pod store.
+    start_kubernetes(&agent, k8s_client, k8s_synced_tx, &mut tasks);
     if let Some(local) = start_local_kvstore(&agent, local_nodes_synced, &mut tasks).await? {
         start_endpoints(&agent, &local, &mut tasks)?;
     }
     start_remote_clusters(&agent, &mut tasks);
-    start_kubernetes(&agent, &mut tasks).await;
     let (cluster, node) = (&agent.config.mesh.cluster_name, &agent.config.node_name);
     tracing::info!(%cluster, %node, "weftd running");
     shutdown.await;

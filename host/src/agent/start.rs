@@ -198,6 +198,7 @@ pub(super) fn start_datapath(
 pub(super) async fn start_health(
     config: &Config,
     local_nodes: &watch::Receiver<bool>,
+    kubernetes: &watch::Receiver<bool>,
     plugins: &Plugins,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), Error> {
@@ -209,6 +210,7 @@ pub(super) async fn start_health(
     // "datapath loaded" holds whenever /readyz answers at all.
     let readiness = crate::health::Readiness::default()
         .with("local state synced", local_nodes.clone())
+        .with("kubernetes sources synced", kubernetes.clone())
         .with("plugins initialised", plugins.loaded.clone());
     let (bound, serve) = crate::health::serve(addr, readiness)
         .await
@@ -383,6 +385,21 @@ pub(super) fn start_endpoints(
             regeneration,
         )),
     )?);
+    if let Some(k8s) = agent.kubernetes.get() {
+        manager.set_pod_directory(Arc::new(super::pods::KubernetesPods::new(
+            k8s,
+            &config.mesh.cluster_name,
+            &config.kubernetes.labels,
+        )));
+        if let super::Kubernetes::Sources(sources) = k8s {
+            tasks.spawn(super::pods::follow_labels(
+                (**sources).clone(),
+                manager.clone(),
+                config.mesh.cluster_name.clone(),
+                config.kubernetes.labels.clone(),
+            ));
+        }
+    }
     if let Some(dp) = &agent.datapath {
         let switch = Arc::new(crate::endpoint::EndpointSwitch::new(
             dp.clone(),
@@ -426,14 +443,44 @@ pub(super) fn start_remote_clusters(agent: &Agent, tasks: &mut JoinSet<()>) {
     tasks.spawn(regenerate_host_endpoint(regenerate, agent.datapath.clone()));
 }
 
-/// The Kubernetes sources, when a Kubernetes configuration is present.
-pub(super) async fn start_kubernetes(agent: &Agent, tasks: &mut JoinSet<()>) {
-    if let Some(client) = crate::k8s::client_if_configured().await {
-        tasks.spawn(crate::k8s::run_kube_apiserver_source(
-            client,
-            agent.state.ipcache.clone(),
-        ));
-    }
+/// The Kubernetes sources, when a Kubernetes configuration is present; `synced`
+/// (readiness) turns true once every source has its initial list.
+pub(super) fn start_kubernetes(
+    agent: &Agent,
+    client: Result<Option<crate::k8s::Client>, crate::k8s::ClientError>,
+    synced: watch::Sender<bool>,
+    tasks: &mut JoinSet<()>,
+) {
+    let client = match client {
+        Ok(Some(c)) => c,
+        Ok(None) => return,
+        Err(e) => {
+            let why = weft_sys::error_chain(&e);
+            tracing::error!(error = %why, "Kubernetes configuration unusable: no Kubernetes sources, not ready");
+            let _ = agent.kubernetes.set(super::Kubernetes::Unusable(why));
+            return;
+        }
+    };
+    tasks.spawn(crate::k8s::run_kube_apiserver_source(
+        client.clone(),
+        agent.state.ipcache.clone(),
+    ));
+    let sources = crate::k8s::KubernetesSources::start(
+        &client,
+        &agent.config.node_name,
+        crate::k8s::Retry::default(),
+        tasks,
+    );
+    let waiting = sources.clone();
+    tasks.spawn(async move {
+        // The sources retry on their own; this only reports the first full list.
+        while !waiting.wait_synced(Duration::from_secs(3600)).await {}
+        tracing::info!("Kubernetes sources synced");
+        let _ = synced.send(true);
+    });
+    let _ = agent
+        .kubernetes
+        .set(super::Kubernetes::Sources(Box::new(sources)));
 }
 /// The host endpoint's regeneration after a start: its wait on the remote state, as
 /// the policy decides, logged (it has no listing); then the native device switches to

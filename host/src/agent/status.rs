@@ -23,9 +23,20 @@ pub(super) fn report(agent: &Agent) -> Status {
         .as_ref()
         .map(|wg| (wg.device.peers.clone(), wg.routes.clone()));
     let cluster = agent.config.mesh.cluster_name.clone();
+    let kubernetes = agent.kubernetes.clone();
     let runtime = tokio::runtime::Handle::current();
     Arc::new(move || StatusReport {
         runtime: Some(api::RuntimeStatus::of(&runtime)),
+        kubernetes: kubernetes.get().map(|k| match k {
+            super::Kubernetes::Sources(s) => api::KubernetesStatus {
+                error: None,
+                sources: s.statuses().into_iter().map(Into::into).collect(),
+            },
+            super::Kubernetes::Unusable(why) => api::KubernetesStatus {
+                error: Some(why.clone()),
+                sources: Vec::new(),
+            },
+        }),
         cluster: cluster.clone(),
         clusters: mesh.status(),
         totals: Some(state.totals()),

@@ -105,6 +105,27 @@ impl fmt::Display for StatusReport {
                 writeln!(f, "  refused {}: {}", r.file, r.reason)?;
             }
         }
+        if let Some(k) = &report.kubernetes {
+            match &k.error {
+                Some(e) => writeln!(f, "kubernetes: not used: {e}")?,
+                None => {
+                    let synced = k.sources.iter().filter(|s| s.synced).count();
+                    writeln!(f, "kubernetes: {synced}/{} sources synced", k.sources.len())?;
+                }
+            }
+            for s in &k.sources {
+                let state = if s.synced { "synced" } else { "listing" };
+                write!(
+                    f,
+                    "  {:<34} {state:<8} {:>7} objects {:>3} lists {:>4} errors",
+                    s.name, s.objects, s.lists, s.errors
+                )?;
+                match &s.last_error {
+                    Some(e) => writeln!(f, "  last: {e}")?,
+                    None => writeln!(f)?,
+                }
+            }
+        }
         if let Some(e) = &report.endpoints {
             writeln!(
                 f,
@@ -285,6 +306,7 @@ fn brief_ms(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{KubernetesSourceStatus, KubernetesStatus};
 
     /// A report with one remote cluster whose ipcache is synced and whose other
     /// barriers are pending, from the JSON contract.
@@ -300,6 +322,51 @@ mod tests {
             }]
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_status_shows_each_kubernetes_source() {
+        let mut r = report();
+        r.kubernetes = Some(KubernetesStatus {
+            error: None,
+            sources: vec![
+                KubernetesSourceStatus {
+                    name: "pods".into(),
+                    synced: true,
+                    objects: 3,
+                    lists: 2,
+                    errors: 1,
+                    last_error: Some("410 Gone".into()),
+                },
+                KubernetesSourceStatus {
+                    name: "namespaces".into(),
+                    synced: false,
+                    objects: 0,
+                    lists: 0,
+                    errors: 0,
+                    last_error: None,
+                },
+            ],
+        });
+        let text = r.to_string();
+        assert!(text.contains("kubernetes: 1/2 sources synced"), "{text}");
+        let pods = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("pods"))
+            .unwrap();
+        let words: Vec<&str> = pods.split_whitespace().collect();
+        assert_eq!(
+            words[..8],
+            ["pods", "synced", "3", "objects", "2", "lists", "1", "errors"]
+        );
+        assert!(pods.ends_with("last: 410 Gone"), "{pods}");
+        r.kubernetes = Some(KubernetesStatus {
+            error: Some("kubeconfig /x: No such file".into()),
+            sources: vec![],
+        });
+        assert!(r
+            .to_string()
+            .contains("kubernetes: not used: kubeconfig /x"));
     }
 
     #[test]

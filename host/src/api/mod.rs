@@ -48,6 +48,9 @@ pub struct StatusReport {
     /// The policy directory, when the agent follows one (`--policy-dir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policies: Option<PoliciesStatus>,
+    /// The Kubernetes sources, when a Kubernetes configuration is present or asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesStatus>,
     /// The agent's async runtime: what a soak watches for leaks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<RuntimeStatus>,
@@ -101,6 +104,47 @@ pub struct PoliciesStatus {
     pub loaded: Vec<String>,
     /// The files refused, with why.
     pub refused: Vec<crate::policy::Refused>,
+}
+
+/// The Kubernetes sources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubernetesStatus {
+    /// Why there are no sources: the configuration asked for cannot be used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Each source (pods, namespaces, node, the policy kinds, services, endpoint slices).
+    pub sources: Vec<KubernetesSourceStatus>,
+}
+
+/// One Kubernetes source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubernetesSourceStatus {
+    /// The resource (`pods`, `ciliumnetworkpolicies`, …).
+    pub name: String,
+    /// Its initial list has arrived.
+    pub synced: bool,
+    /// Objects in its store.
+    pub objects: usize,
+    /// Completed lists (more than one after `410 Gone` or errors).
+    pub lists: u64,
+    /// List and watch errors so far.
+    pub errors: u64,
+    /// The last error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl From<crate::k8s::SourceStatus> for KubernetesSourceStatus {
+    fn from(s: crate::k8s::SourceStatus) -> Self {
+        KubernetesSourceStatus {
+            name: s.name.to_owned(),
+            synced: s.synced,
+            objects: s.objects,
+            lists: s.lists,
+            errors: s.errors,
+            last_error: s.last_error,
+        }
+    }
 }
 
 /// `GET`: this node's endpoints, as recorded.

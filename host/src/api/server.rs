@@ -140,6 +140,7 @@ mod tests {
                 wireguard: None,
                 endpoints: None,
                 policies: None,
+                kubernetes: None,
                 runtime: None,
             }),
             ipcache: Box::new(Vec::new),

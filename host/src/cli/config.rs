@@ -46,8 +46,13 @@ impl RunArgs {
             prometheus_serve_addr: self.prometheus_serve_addr,
             health_addr: Some(self.health_addr),
             state_dir: self.state_dir,
-            ip_identities_sync_timeout: self.clustermesh_ip_identities_sync_timeout,
+            ip_identities_sync_timeout: self.clustermesh_sync_timeout,
             policy_dir: self.policy_dir,
+            kubernetes: agent::KubernetesConfig {
+                kubeconfig: self.k8s_kubeconfig_path,
+                labels: weft_model::LabelFilter::with_patterns(&self.labels)
+                    .expect("each --labels pattern was checked as it was parsed"),
+            },
             endpoints: (!self.pod_cidr.is_empty()).then(|| agent::EndpointsConfig {
                 pod_cidrs: self.pod_cidr,
                 mtu: self.endpoint_mtu,

@@ -190,9 +190,25 @@ pub struct RunArgs {
     /// State directory (API socket).
     #[arg(long, env = "WEFT_STATE_DIR", default_value = "/var/run/weft")]
     pub state_dir: PathBuf,
-    /// How long endpoint regeneration waits for remote ipcache and identities.
-    #[arg(long, env = "WEFT_CLUSTERMESH_IP_IDENTITIES_SYNC_TIMEOUT", default_value = "1m", value_parser = humantime::parse_duration)]
-    pub clustermesh_ip_identities_sync_timeout: Duration,
+    /// How long endpoint regeneration waits for remote ipcache and identities (the
+    /// established agent's name since 1.16; the seed's name is an alias).
+    #[arg(
+        long,
+        visible_alias = "clustermesh-ip-identities-sync-timeout",
+        env = "WEFT_CLUSTERMESH_SYNC_TIMEOUT",
+        default_value = "1m",
+        value_parser = humantime::parse_duration
+    )]
+    pub clustermesh_sync_timeout: Duration,
+    /// The Kubernetes API's kubeconfig (default: in-cluster, else `KUBECONFIG` or
+    /// `~/.kube/config`; none of them: no Kubernetes sources).
+    #[arg(long, env = "WEFT_K8S_KUBECONFIG_PATH")]
+    pub k8s_kubeconfig_path: Option<PathBuf>,
+    /// Identity-relevant label patterns, added to the established defaults
+    /// (`[source:][!]regex`, space-separated: `k8s:app k8s:!job-name`; one inclusive
+    /// pattern keeps only what inclusive patterns match).
+    #[arg(long, env = "WEFT_LABELS", value_delimiter = ' ', num_args = 0.., value_parser = label_pattern)]
+    pub labels: Vec<String>,
     /// The largest valid cluster ID.
     #[arg(long, env = "WEFT_MAX_CONNECTED_CLUSTERS", default_value_t = crate::clustermesh::DEFAULT_MAX_CONNECTED_CLUSTERS)]
     pub max_connected_clusters: u32,
@@ -414,4 +430,9 @@ pub struct ClusterConfigArgs {
     /// agents' `--max-connected-clusters`.
     #[arg(long, env = "WEFT_MAX_CONNECTED_CLUSTERS", default_value_t = crate::clustermesh::DEFAULT_MAX_CONNECTED_CLUSTERS)]
     pub max_connected_clusters: u32,
+}
+
+/// `--labels`: each pattern checked as the filter will read it.
+fn label_pattern(text: &str) -> Result<String, weft_model::LabelFilterError> {
+    weft_model::LabelFilter::with_patterns([text]).map(|_| text.to_owned())
 }

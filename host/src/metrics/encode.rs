@@ -510,6 +510,7 @@ impl Collector for Snapshot {
 ///     wireguard: None,
 ///     endpoints: None,
 ///     policies: None,
+///     kubernetes: None,
 ///     runtime: None,
 /// };
 /// let text = weft::metrics::encode(report, Default::default());
@@ -591,6 +592,7 @@ mod tests {
             }),
             endpoints: None,
             policies: None,
+            kubernetes: None,
             runtime: Some(crate::api::RuntimeStatus {
                 alive_tasks: 42,
                 workers: 2,

@@ -116,3 +116,20 @@ pub async fn regeneration(
 pub fn ended(r: &serde_json::Value) -> bool {
     r["result"].as_str().is_some_and(|s| s != "waiting")
 }
+
+/// [`run`] for pod `shop/<pod>` with `conf` as JSON: stdout as JSON (null when empty)
+/// and the exit status.
+pub fn call(
+    command: &str,
+    pod: &str,
+    netns: Option<&Path>,
+    conf: &serde_json::Value,
+) -> (serde_json::Value, i32) {
+    let (text, status) = run(command, pod, "shop", netns, &conf.to_string());
+    let value = if text.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap()
+    };
+    (value, status)
+}

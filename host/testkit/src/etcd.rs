@@ -257,6 +257,15 @@ impl Etcd {
         self.client().await.put(key, value, None).await.unwrap();
     }
 
+    /// The value at `key` as JSON (a string when it is not JSON), or `None`.
+    pub async fn get_json(&self, key: &str) -> Option<serde_json::Value> {
+        let resp = self.client().await.get(key, None).await.unwrap();
+        resp.kvs().first().map(|kv| {
+            let v = kv.value_str().unwrap();
+            serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_owned()))
+        })
+    }
+
     pub async fn delete(&self, key: &str) {
         self.client().await.delete(key, None).await.unwrap();
     }

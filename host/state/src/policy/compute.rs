@@ -282,4 +282,54 @@ spec:
         assert_eq!(a, b);
         assert!(a.allows_ingress(65_801, TCP, 443) && a.allows_ingress(131_400, TCP, 80));
     }
+
+    /// A NetworkPolicy's `namespaceSelector`, by the namespace's name and by its own
+    /// labels (the identity labels `io.cilium.k8s.namespace.labels.<key>` that
+    /// pods made through the Kubernetes API carry), `In` and `DoesNotExist` as well.
+    #[test]
+    fn namespace_selectors_match_the_namespaces_labels() {
+        let ids: BTreeMap<u32, Labels> = [
+            (70_001, "k8s:app=client;k8s:io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name=team-a;k8s:io.cilium.k8s.namespace.labels.team=payments;k8s:io.cilium.k8s.policy.cluster=cluster1;k8s:io.kubernetes.pod.namespace=team-a;"),
+            (70_002, "k8s:app=client;k8s:io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name=team-b;k8s:io.cilium.k8s.policy.cluster=cluster1;k8s:io.kubernetes.pod.namespace=team-b;"),
+            // Made without the API: no namespace labels, only the namespace.
+            (70_003, "k8s:app=client;k8s:io.cilium.k8s.policy.cluster=cluster1;k8s:io.kubernetes.pod.namespace=team-c;"),
+        ]
+        .into_iter()
+        .map(|(id, l)| (id, labels(l)))
+        .collect();
+        let policy = |from: &str| {
+            let text = format!(
+                "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: p, namespace: shop}}\n\
+                 spec:\n  podSelector: {{}}\n  ingress:\n  - from:\n    - {from}\n"
+            );
+            let p = parse("p.yaml", &text).unwrap_or_else(|e| panic!("{from}: {e}"));
+            compute(&[p], &web(), &ids)
+        };
+        let admits = |pol: &EndpointPolicy| -> Vec<u32> {
+            [70_001, 70_002, 70_003]
+                .into_iter()
+                .filter(|id| pol.allows_ingress(*id, TCP, 80))
+                .collect()
+        };
+        let by_team = policy("namespaceSelector: {matchLabels: {team: payments}}");
+        assert_eq!(admits(&by_team), [70_001]);
+        let by_name =
+            policy("namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: team-c}}");
+        assert_eq!(
+            admits(&by_name),
+            [70_003],
+            "the name also selects identities without namespace labels"
+        );
+        let by_names = policy(
+            "namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: In, values: [team-a, team-b]}]}",
+        );
+        assert_eq!(admits(&by_names), [70_001, 70_002]);
+        let untagged =
+            policy("namespaceSelector: {matchExpressions: [{key: team, operator: DoesNotExist}]}");
+        assert_eq!(admits(&untagged), [70_002, 70_003]);
+        let every = policy("namespaceSelector: {}");
+        assert_eq!(admits(&every), [70_001, 70_002, 70_003]);
+        let both = policy("{namespaceSelector: {matchLabels: {team: payments}}, podSelector: {matchLabels: {app: server}}}");
+        assert!(admits(&both).is_empty(), "the pod selector still applies");
+    }
 }

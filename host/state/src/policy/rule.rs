@@ -7,10 +7,10 @@
 //! established agent. A peer selector without the cluster label matches endpoints of
 //! every cluster; with it, `io.cilium.k8s.policy.cluster`, only that cluster's.
 
-use super::selector::Selector;
+use super::selector::{Expression, Selector};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use weft_model::NAMESPACE_LABEL;
+use weft_model::{NAMESPACE_LABEL, NAMESPACE_LABELS_PREFIX};
 
 /// A policy, whatever file it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,9 +233,6 @@ pub fn parse(file: &str, text: &str) -> Result<Policy, Refused> {
 /// Its text is what the policy's refusal says.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuleError {
-    /// A `namespaceSelector` on anything but the namespace's name.
-    #[error("namespaceSelector: only matchLabels on {NAMESPACE_NAME_LABEL} is supported")]
-    NamespaceSelector,
     /// An entity weft does not know.
     #[error("unsupported entity {0:?}")]
     Entity(String),
@@ -259,6 +256,33 @@ pub enum RuleError {
         /// `endPort`.
         end: u16,
     },
+}
+
+/// A peer selector narrowed to the namespaces a `namespaceSelector` selects, as the
+/// established agent reads one: each namespace label `key` is the identity label
+/// `io.cilium.k8s.namespace.labels.<key>`. The namespace's name
+/// (`kubernetes.io/metadata.name`) is read from the namespace label every identity has
+/// (`io.kubernetes.pod.namespace`), so that it also selects endpoints made without the
+/// Kubernetes API (whose identities carry no namespace labels). `{}` selects every
+/// namespace.
+fn within_namespaces(mut selector: Selector, namespaces: Selector) -> Selector {
+    let key = |k: &str| {
+        if k == NAMESPACE_NAME_LABEL {
+            format!("k8s:{NAMESPACE_LABEL}")
+        } else {
+            format!("k8s:{NAMESPACE_LABELS_PREFIX}.{k}")
+        }
+    };
+    for (k, v) in namespaces.match_labels {
+        selector.match_labels.insert(key(&k), v);
+    }
+    for e in namespaces.match_expressions {
+        selector.match_expressions.push(Expression {
+            key: key(&e.key),
+            ..e
+        });
+    }
+    selector
 }
 
 /// A selector of `ns`'s endpoints when the policy is namespaced and the selector does
@@ -330,17 +354,7 @@ fn np(name: String, ns: &str, spec: NpSpec) -> Result<Policy, RuleError> {
         let mut selector = p.pod_selector.unwrap_or_default();
         match p.namespace_selector {
             None => selector = selector.and(NAMESPACE_LABEL, ns),
-            Some(nss) => {
-                // Namespaces' own labels are not known here: only their name is.
-                if !nss.match_expressions.is_empty()
-                    || nss.match_labels.keys().any(|k| k != NAMESPACE_NAME_LABEL)
-                {
-                    return Err(RuleError::NamespaceSelector);
-                }
-                if let Some(name) = nss.match_labels.get(NAMESPACE_NAME_LABEL) {
-                    selector = selector.and(NAMESPACE_LABEL, name);
-                }
-            }
+            Some(nss) => selector = within_namespaces(selector, nss),
         }
         Ok(Peer::Endpoints(selector))
     };
