@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use support::chart::{
-    command_line, container, containers, daemonset, env, environment, mount_of, mounts, render,
-    ENDPOINTS,
+    command_line, container, containers, daemonset, documents, env, environment, mount_of, mounts,
+    render, ENDPOINTS,
 };
 use support::deploy_tools::{root, validate};
 
@@ -476,4 +476,72 @@ fn values_without_which_the_agent_cannot_start_are_refused_at_render_naming_the_
     .unwrap();
     render(&[ENDPOINTS, "wireguard.enabled=false", "wireguard.device="]).unwrap();
     render(&[ENDPOINTS, "cluster.id=255"]).unwrap();
+}
+
+/// The ClusterRole grants get, list and watch on exactly the resources the agent
+/// watches, and nothing else (no write verb anywhere).
+#[test]
+fn the_cluster_role_grants_read_on_exactly_what_the_agent_watches() {
+    let docs = documents(&render(&[ENDPOINTS]).unwrap());
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("a ClusterRole");
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_sequence().unwrap() {
+        let verbs: Vec<&str> = rule["verbs"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(verbs, ["get", "list", "watch"], "{rule:?}");
+        for group in rule["apiGroups"].as_sequence().unwrap() {
+            for resource in rule["resources"].as_sequence().unwrap() {
+                granted.push((
+                    group.as_str().unwrap().to_owned(),
+                    resource.as_str().unwrap().to_owned(),
+                ));
+            }
+        }
+    }
+    granted.sort();
+    assert_eq!(granted, weft_k8s::watched_resources());
+}
+
+/// The chart's CRDs are the two Cilium kinds weft reads (group, version, kind, plural,
+/// scope as its client asks for them); `crds.install=false` leaves them to the
+/// established agent's.
+#[test]
+fn the_crds_are_the_cilium_kinds_weft_reads() {
+    use kube::Resource as _;
+    use weft_k8s::cilium::{CiliumClusterwideNetworkPolicy as Ccnp, CiliumNetworkPolicy as Cnp};
+    let crds = |sets: &[&str]| -> Vec<Value> {
+        documents(&render(sets).unwrap())
+            .into_iter()
+            .filter(|d| d["kind"] == "CustomResourceDefinition")
+            .collect()
+    };
+    let ours = crds(&[ENDPOINTS]);
+    let want = [
+        (Cnp::kind(&()), Cnp::plural(&()), "Namespaced"),
+        (Ccnp::kind(&()), Ccnp::plural(&()), "Cluster"),
+    ];
+    assert_eq!(ours.len(), want.len());
+    for (crd, (kind, plural, scope)) in ours.iter().zip(want) {
+        let spec = &crd["spec"];
+        assert_eq!(
+            crd["metadata"]["name"].as_str(),
+            Some(format!("{plural}.cilium.io").as_str())
+        );
+        assert_eq!(spec["group"].as_str(), Some(Cnp::group(&()).as_ref()));
+        assert_eq!(spec["names"]["kind"].as_str(), Some(kind.as_ref()));
+        assert_eq!(spec["names"]["plural"].as_str(), Some(plural.as_ref()));
+        assert_eq!(spec["scope"].as_str(), Some(scope));
+        assert_eq!(
+            spec["versions"][0]["name"].as_str(),
+            Some(Cnp::version(&()).as_ref())
+        );
+    }
+    assert!(crds(&[ENDPOINTS, "crds.install=false"]).is_empty());
 }

@@ -18,6 +18,7 @@
 pub mod cilium;
 mod kube_apiserver;
 mod pods;
+pub mod policies;
 pub mod source;
 mod sources;
 
@@ -26,4 +27,4 @@ pub use kube::Client;
 pub use kube_apiserver::{run_kube_apiserver_source, KubeApiServerSource};
 pub use pods::Missing;
 pub use source::{Change, Retry, Source, SourceStatus};
-pub use sources::{client, ClientError, KubernetesSources, NodeFacts};
+pub use sources::{client, watched_resources, ClientError, KubernetesSources, NodeFacts};

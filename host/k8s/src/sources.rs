@@ -68,6 +68,28 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Option<kube::Client>, C
         .map_err(|source| ClientError::Client { from, source })
 }
 
+/// `(API group, resource)` of everything the agent watches (its sources and the
+/// kube-apiserver's EndpointSlices): what the chart's ClusterRole grants, get, list and
+/// watch, and nothing more (`tests/deploy.rs` holds the two equal).
+pub fn watched_resources() -> Vec<(String, String)> {
+    fn of<K: kube::Resource<DynamicType = ()>>() -> (String, String) {
+        (K::group(&()).into_owned(), K::plural(&()).into_owned())
+    }
+    let mut all = vec![
+        of::<Pod>(),
+        of::<Namespace>(),
+        of::<Node>(),
+        of::<NetworkPolicy>(),
+        of::<CiliumNetworkPolicy>(),
+        of::<CiliumClusterwideNetworkPolicy>(),
+        of::<Service>(),
+        of::<EndpointSlice>(),
+    ];
+    all.sort();
+    all.dedup();
+    all
+}
+
 /// The sources of one node.
 #[derive(Clone)]
 pub struct KubernetesSources {

@@ -247,3 +247,114 @@ async fn a_pods_identity_labels_come_from_the_pod_and_namespace_stores() {
         .await;
     assert_eq!(lookup, Err(weft_k8s::Missing::NotSynced));
 }
+
+fn set_of(
+    rx: &tokio::sync::watch::Receiver<std::sync::Arc<weft_state::policy::PolicySet>>,
+) -> (Vec<String>, Vec<String>) {
+    let set = rx.borrow();
+    (
+        set.policies.iter().map(|p| p.name.clone()).collect(),
+        set.refused
+            .iter()
+            .map(|r| format!("{}: {}", r.file, r.reason))
+            .collect(),
+    )
+}
+
+/// The API's policies become one set through the directory's parser: an object with
+/// an unknown field is refused and named, the others in force; a change while the API
+/// is down with its history compacted (410 Gone on the way back) is seen after the
+/// re-list, and no policy is lost.
+#[tokio::test]
+async fn the_apis_policies_are_one_set_and_a_410_relist_loses_none() {
+    let api = KubeApi::start().await.unwrap();
+    create(
+        &api,
+        "namespaces",
+        None,
+        json!({"metadata": {"name": "shop"}}),
+    );
+    create(
+        &api,
+        "networkpolicies",
+        Some("shop"),
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "np"},
+               "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{"from": [{"podSelector": {}}]}]}}),
+    );
+    create(
+        &api,
+        "ciliumnetworkpolicies",
+        Some("shop"),
+        json!({"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy", "metadata": {"name": "cnp"},
+               "spec": {"endpointSelector": {"matchLabels": {"app": "db"}}, "ingress": [{"fromEndpoints": [{}]}]}}),
+    );
+    create(
+        &api,
+        "ciliumnetworkpolicies",
+        Some("shop"),
+        json!({"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy", "metadata": {"name": "bad"},
+               "spec": {"endpointSelector": {}, "ingress": [{"fromEndpointz": [{}]}]}}),
+    );
+    create(
+        &api,
+        "ciliumclusterwidenetworkpolicies",
+        None,
+        json!({"apiVersion": "cilium.io/v2", "kind": "CiliumClusterwideNetworkPolicy", "metadata": {"name": "ccnp"},
+               "spec": {"endpointSelector": {}, "egress": [{"toEntities": ["world"]}]}}),
+    );
+    let client = client(&api).await;
+    let mut tasks = JoinSet::new();
+    let sources = KubernetesSources::start(&client, "n1", fast(), &mut tasks);
+    let (tx, mut rx) = tokio::sync::watch::channel(std::sync::Arc::new(Default::default()));
+    tasks.spawn(weft_k8s::policies::follow(sources.clone(), tx));
+    tokio::time::timeout(BOUND, rx.wait_for(|s| s.policies.len() == 3))
+        .await
+        .expect("the policies within the bound")
+        .unwrap();
+    let (names, refused) = set_of(&rx);
+    assert_eq!(names, ["shop/np", "shop/cnp", "ccnp"]);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].starts_with("CiliumNetworkPolicy shop/bad: ")
+            && refused[0].contains("fromEndpointz"),
+        "{refused:?}"
+    );
+
+    // Down, compacted, changed: np goes, another comes. Back: re-listed.
+    let addr = api.addr();
+    let store = api.stop().await;
+    let np = find("networking.k8s.io", "v1", "networkpolicies").unwrap();
+    store.delete(np, Some("shop"), "np").unwrap();
+    store
+        .create(
+            np,
+            Some("shop"),
+            json!({"metadata": {"name": "np2"}, "spec": {"podSelector": {}, "policyTypes": ["Egress"]}}),
+        )
+        .unwrap();
+    store.compact();
+    let api = KubeApi::start_with(
+        store,
+        Options {
+            addr,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        BOUND,
+        rx.wait_for(|s| s.policies.iter().any(|p| p.name == "shop/np2")),
+    )
+    .await
+    .expect("the change after the re-list within the bound")
+    .unwrap();
+    let (names, _) = set_of(&rx);
+    assert_eq!(
+        names,
+        ["shop/np2", "shop/cnp", "ccnp"],
+        "np gone, nothing else lost"
+    );
+    assert!(sources.network_policies.status().lists >= 2);
+    api.stop().await;
+}

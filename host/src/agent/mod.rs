@@ -137,7 +137,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // Ready at once without Kubernetes; never with a configuration that cannot be used.
     let (k8s_synced_tx, k8s_synced) = watch::channel(matches!(k8s_client, Ok(None)));
     start_health(&config, &local_nodes, &k8s_synced, &plugins, &mut tasks).await?;
-    let policies = start_policies(&config, &mut tasks);
+    let policies = start_policies(&config, matches!(k8s_client, Ok(Some(_))), &mut tasks);
     let agent = Agent {
         config,
         state,

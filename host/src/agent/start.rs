@@ -36,11 +36,14 @@ pub(super) struct WireGuard {
     pub(super) routes: Arc<PodRoutes>,
 }
 
-/// The policies as the policy directory holds them.
+/// The policies in force: the policy directory's and the Kubernetes API's, together.
 pub(super) struct Policies {
     pub(super) current: watch::Receiver<Arc<PolicySet>>,
-    /// A policy directory is followed (else the set stays empty and unreported).
+    /// A policy directory or the API is followed (else the set stays empty and
+    /// unreported).
     pub(super) followed: bool,
+    /// Where the API's policies go (`start_kubernetes` follows them into it).
+    pub(super) from_api: watch::Sender<Arc<PolicySet>>,
 }
 
 /// This cluster's etcd, connected: what endpoints publish through.
@@ -224,15 +227,44 @@ pub(super) async fn start_health(
     Ok(())
 }
 
-/// The policy directory, followed live when one is configured.
-pub(super) fn start_policies(config: &Config, tasks: &mut JoinSet<()>) -> Policies {
+/// The policy directory, followed live when one is configured, and the API's
+/// policies (fed once the Kubernetes sources start), merged into one set: the
+/// directory's first, then the API's. Both may be on together.
+pub(super) fn start_policies(
+    config: &Config,
+    kubernetes: bool,
+    tasks: &mut JoinSet<()>,
+) -> Policies {
     let (policy_tx, current) = watch::channel(Arc::new(PolicySet::default()));
-    if let Some(dir) = config.policy_dir.clone() {
-        tasks.spawn(crate::policy::dir::follow(dir, policy_tx));
+    let (dir_tx, mut dir) = watch::channel(Arc::new(PolicySet::default()));
+    let (from_api, mut api) = watch::channel(Arc::new(PolicySet::default()));
+    if let Some(d) = config.policy_dir.clone() {
+        tasks.spawn(crate::policy::dir::follow(d, dir_tx));
     }
+    tasks.spawn(async move {
+        loop {
+            let merged = {
+                let (d, a) = (dir.borrow_and_update(), api.borrow_and_update());
+                PolicySet {
+                    policies: d.policies.iter().chain(&a.policies).cloned().collect(),
+                    refused: d.refused.iter().chain(&a.refused).cloned().collect(),
+                }
+            };
+            if **policy_tx.borrow() != merged {
+                policy_tx.send_replace(Arc::new(merged));
+            }
+            // A source whose sender is gone stays as it last was.
+            tokio::select! {
+                Ok(()) = dir.changed() => {}
+                Ok(()) = api.changed() => {}
+                else => return,
+            }
+        }
+    });
     Policies {
         current,
-        followed: config.policy_dir.is_some(),
+        followed: config.policy_dir.is_some() || kubernetes,
+        from_api,
     }
 }
 
@@ -471,6 +503,10 @@ pub(super) fn start_kubernetes(
         crate::k8s::Retry::default(),
         tasks,
     );
+    tasks.spawn(crate::k8s::policies::follow(
+        sources.clone(),
+        agent.policies.from_api.clone(),
+    ));
     let waiting = sources.clone();
     tasks.spawn(async move {
         // The sources retry on their own; this only reports the first full list.
