@@ -234,3 +234,53 @@ async fn control_without_the_api_the_pod_gets_a_label_less_identity() {
     );
     assert!(agent.status_json().unwrap().get("kubernetes").is_none());
 }
+
+/// `--ipam kubernetes`: the agent waits for its Node's pod CIDRs (the Node gets them
+/// after the agent started, as when the node controller is slow), then makes pods in
+/// them and publishes them in its node record.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_ipam_kubernetes_the_pod_cidrs_come_from_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, kc) = api_with_pod(dir.path()).await;
+    let etcd = Etcd::start().await;
+    let node = Netns::new("weft-k8s-ipam-node");
+    let pod = Netns::new("weft-k8s-ipam-pod");
+    let node_path = node.path();
+    let flags: Vec<&std::ffi::OsStr> = vec![
+        "--ipam".as_ref(),
+        "kubernetes".as_ref(),
+        "--datapath-netns".as_ref(),
+        node_path.as_os_str(),
+        "--k8s-kubeconfig-path".as_ref(),
+        kc.as_os_str(),
+    ];
+    let agent = Agent::start_with("cluster1", 1, &etcd, &flags);
+    eventually(
+        "the agent waits for the Node's pod CIDRs",
+        Duration::from_secs(20),
+        || {
+            agent
+                .log()
+                .contains("waiting for the Node's pod CIDRs")
+                .then_some(())
+        },
+    )
+    .await;
+    let nodes = weft_kubeapi::resources::find("", "v1", "nodes").unwrap();
+    api.store()
+        .create(
+            nodes,
+            None,
+            json!({"metadata": {"name": "cluster1-node"}, "spec": {"podCIDRs": ["10.79.0.0/24"]}}),
+        )
+        .unwrap();
+    ready(&agent).await;
+    let (added, status) = cni("ADD", "web-0", Some(&pod.path()), &conf(&agent));
+    assert_eq!(status, 0, "{added}");
+    assert_eq!(added["ips"][0]["address"], "10.79.0.2/32", "{added}");
+    let record = get(&etcd, "cilium/state/nodes/v1/cluster1/cluster1-node")
+        .await
+        .unwrap();
+    assert_eq!(record["IPv4AllocCIDR"]["IP"], "10.79.0.0", "{record}");
+    api.stop().await;
+}

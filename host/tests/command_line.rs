@@ -139,3 +139,39 @@ fn a_label_pattern_that_is_not_a_regex_is_named() {
         "{err}"
     );
 }
+
+/// `--ipam kubernetes` reads the pod CIDRs from the Node: without a Kubernetes API the
+/// agent says so and stops before it starts anything.
+#[test]
+fn ipam_kubernetes_without_the_api_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weftd"))
+        .args([
+            "run",
+            "--ipam",
+            "kubernetes",
+            "--kvstore-endpoints",
+            "http://127.0.0.1:9",
+        ])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["--health-addr", "127.0.0.1:0"])
+        .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("weftd runs");
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--ipam kubernetes") && err.contains("Kubernetes API"),
+        "{err}"
+    );
+
+    let both = weftd(&["run", "--ipam", "kubernetes", "--pod-cidr", "10.0.0.0/24"]);
+    assert_eq!(
+        both.status.code(),
+        Some(2),
+        "the two sources of pod CIDRs conflict"
+    );
+}

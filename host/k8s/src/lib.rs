@@ -22,7 +22,9 @@ pub mod policies;
 pub mod source;
 mod sources;
 
+pub use k8s_openapi::api::core::v1::Node;
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+pub use kube::runtime::reflector::ObjectRef;
 pub use kube::Client;
 pub use kube_apiserver::{run_kube_apiserver_source, KubeApiServerSource};
 pub use pods::Missing;

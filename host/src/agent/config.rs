@@ -55,8 +55,11 @@ pub struct KubernetesConfig {
 /// This node's endpoints.
 #[derive(Debug, Clone)]
 pub struct EndpointsConfig {
-    /// The node's pod CIDRs.
+    /// The node's pod CIDRs (empty until read from the Node with `from_node`).
     pub pod_cidrs: Vec<ipnet::IpNet>,
+    /// `--ipam kubernetes`: the pod CIDRs are the Node object's `spec.podCIDRs`, read
+    /// at start (the agent waits for them, as the established agent does).
+    pub from_node: bool,
     /// The endpoints' MTU.
     pub mtu: u32,
     /// The namespace their host sides live in (the datapath's), the agent's own when
@@ -71,6 +74,13 @@ impl EndpointsConfig {
     /// The forwarding knobs the agent turns on: one per family of the pod CIDRs.
     pub fn forwarding_knobs(&self) -> Vec<PathBuf> {
         let mut knobs = Vec::new();
+        // Not known before the Node is read: either may be written.
+        if self.from_node && self.pod_cidrs.is_empty() {
+            return vec![
+                self.procfs.join("sys/net/ipv4/ip_forward"),
+                self.procfs.join("sys/net/ipv6/conf/all/forwarding"),
+            ];
+        }
         if self.pod_cidrs.iter().any(|c| c.addr().is_ipv4()) {
             knobs.push(self.procfs.join("sys/net/ipv4/ip_forward"));
         }

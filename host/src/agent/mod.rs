@@ -119,6 +119,18 @@ enum Kubernetes {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
     prepare(&config)?;
     let mut tasks = tokio::task::JoinSet::new();
+    let k8s_client = crate::k8s::client(config.kubernetes.kubeconfig.as_deref()).await;
+    let k8s_sources = match &k8s_client {
+        Ok(Some(client)) => Some(crate::k8s::KubernetesSources::start(
+            client,
+            &config.node_name,
+            crate::k8s::Retry::default(),
+            &mut tasks,
+        )),
+        _ => None,
+    };
+    // The pod CIDRs, when they are the Node's: everything below names them.
+    let config = node_pod_cidrs(config, k8s_sources.as_ref()).await?;
     let local = NodeId {
         cluster: config.mesh.cluster_name.clone(),
         name: config.node_name.clone(),
@@ -133,7 +145,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let datapath = start_datapath(&config, &state)?;
     // Without a kvstore, this node is the only local node there is.
     let (local_nodes_synced, local_nodes) = watch::channel(config.kvstore_endpoints.is_empty());
-    let k8s_client = crate::k8s::client(config.kubernetes.kubeconfig.as_deref()).await;
     // Ready at once without Kubernetes; never with a configuration that cannot be used.
     let (k8s_synced_tx, k8s_synced) = watch::channel(matches!(k8s_client, Ok(None)));
     start_health(&config, &local_nodes, &k8s_synced, &plugins, &mut tasks).await?;
@@ -155,7 +166,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     start_api(&agent, status, &mut tasks)?;
     start_wireguard_gc(&agent, local_nodes, &mut tasks);
     // Before the endpoints: their ADDs take pods' labels from the Pod store.
-    start_kubernetes(&agent, k8s_client, k8s_synced_tx, &mut tasks);
+    start_kubernetes(&agent, k8s_client, k8s_sources, k8s_synced_tx, &mut tasks);
     if let Some(local) = start_local_kvstore(&agent, local_nodes_synced, &mut tasks).await? {
         start_endpoints(&agent, &local, &mut tasks)?;
     }

@@ -475,18 +475,65 @@ pub(super) fn start_remote_clusters(agent: &Agent, tasks: &mut JoinSet<()>) {
     tasks.spawn(regenerate_host_endpoint(regenerate, agent.datapath.clone()));
 }
 
+/// `--ipam kubernetes`: the pod CIDRs from this node's Node object. Waits until the
+/// Node has them (as the established agent does), saying so every 10 s.
+///
+/// # Errors
+/// [`Error::Config`] when there is no Kubernetes API to read the Node from.
+pub(super) async fn node_pod_cidrs(
+    mut config: Config,
+    sources: Option<&crate::k8s::KubernetesSources>,
+) -> Result<Config, Error> {
+    let Some(ec) = config.endpoints.as_mut().filter(|e| e.from_node) else {
+        return Ok(config);
+    };
+    let Some(sources) = sources else {
+        return Err(Error::Config {
+            reason: "--ipam kubernetes reads the pod CIDRs from the Node: it needs the Kubernetes API (in-cluster, or --k8s-kubeconfig-path)".into(),
+        });
+    };
+    let key = crate::k8s::ObjectRef::new(&config.node_name);
+    let has_cidrs = |n: &crate::k8s::Node| !crate::k8s::NodeFacts::of(n).pod_cidrs.is_empty();
+    let node = loop {
+        if let Some(n) = sources
+            .node
+            .wait_for(&key, Duration::from_secs(10), has_cidrs)
+            .await
+        {
+            break n;
+        }
+        tracing::warn!(node = %config.node_name, status = ?sources.node.status(), "waiting for the Node's pod CIDRs (spec.podCIDRs)");
+    };
+    for cidr in crate::k8s::NodeFacts::of(&node).pod_cidrs {
+        match cidr.parse::<ipnet::IpNet>() {
+            Ok(c) => ec.pod_cidrs.push(c.trunc()),
+            Err(e) => {
+                tracing::warn!(%cidr, error = %e, "skipping a pod CIDR of the Node that does not parse")
+            }
+        }
+    }
+    if ec.pod_cidrs.is_empty() {
+        return Err(Error::Config {
+            reason: format!("the Node {}'s pod CIDRs do not parse", config.node_name),
+        });
+    }
+    tracing::info!(pod_cidrs = ?ec.pod_cidrs, "pod CIDRs from the Node");
+    Ok(config)
+}
+
 /// The Kubernetes sources, when a Kubernetes configuration is present; `synced`
 /// (readiness) turns true once every source has its initial list.
 pub(super) fn start_kubernetes(
     agent: &Agent,
     client: Result<Option<crate::k8s::Client>, crate::k8s::ClientError>,
+    sources: Option<crate::k8s::KubernetesSources>,
     synced: watch::Sender<bool>,
     tasks: &mut JoinSet<()>,
 ) {
-    let client = match client {
-        Ok(Some(c)) => c,
-        Ok(None) => return,
-        Err(e) => {
+    let (client, sources) = match (client, sources) {
+        (Ok(Some(c)), Some(s)) => (c, s),
+        (Ok(_), _) => return,
+        (Err(e), _) => {
             let why = weft_sys::error_chain(&e);
             tracing::error!(error = %why, "Kubernetes configuration unusable: no Kubernetes sources, not ready");
             let _ = agent.kubernetes.set(super::Kubernetes::Unusable(why));
@@ -497,12 +544,6 @@ pub(super) fn start_kubernetes(
         client.clone(),
         agent.state.ipcache.clone(),
     ));
-    let sources = crate::k8s::KubernetesSources::start(
-        &client,
-        &agent.config.node_name,
-        crate::k8s::Retry::default(),
-        tasks,
-    );
     tasks.spawn(crate::k8s::policies::follow(
         sources.clone(),
         agent.policies.from_api.clone(),

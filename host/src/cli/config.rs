@@ -1,7 +1,7 @@
 //! From the arguments to what they configure: the agent's [`agent::Config`], and the
 //! cluster config `weftd cluster-config` publishes.
 
-use super::{ClusterConfigArgs, RunArgs};
+use super::{ClusterConfigArgs, Ipam, RunArgs};
 use crate::{agent, clustermesh, kvstore, plugins};
 
 impl RunArgs {
@@ -53,12 +53,15 @@ impl RunArgs {
                 labels: weft_model::LabelFilter::with_patterns(&self.labels)
                     .expect("each --labels pattern was checked as it was parsed"),
             },
-            endpoints: (!self.pod_cidr.is_empty()).then(|| agent::EndpointsConfig {
-                pod_cidrs: self.pod_cidr,
-                mtu: self.endpoint_mtu,
-                netns: self.datapath.datapath_netns.clone(),
-                procfs: self.procfs,
-            }),
+            endpoints: (!self.pod_cidr.is_empty() || self.ipam == Some(Ipam::Kubernetes)).then(
+                || agent::EndpointsConfig {
+                    pod_cidrs: self.pod_cidr,
+                    from_node: self.ipam == Some(Ipam::Kubernetes),
+                    mtu: self.endpoint_mtu,
+                    netns: self.datapath.datapath_netns.clone(),
+                    procfs: self.procfs,
+                },
+            ),
             node_name,
             node_ips: self.node_ip,
             wireguard: wireguard.clone(),

@@ -229,8 +229,18 @@ pub struct RunArgs {
     /// This node's pod CIDRs (IPv4, and IPv6 when the node has one), comma-separated:
     /// with them, the agent creates endpoints for `weft-cni` (needs --kvstore-endpoints,
     /// where their identities and ipcache entries are published).
-    #[arg(long, env = "WEFT_POD_CIDR", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "WEFT_POD_CIDR",
+        value_delimiter = ',',
+        conflicts_with = "ipam"
+    )]
     pub pod_cidr: Vec<ipnet::IpNet>,
+    /// Where the pod CIDRs come from: `kubernetes`, this node's Node object
+    /// (`spec.podCIDRs`, read at start from the Kubernetes API), as the established
+    /// agent's `--ipam kubernetes`. Instead of --pod-cidr.
+    #[arg(long, env = "WEFT_IPAM", value_enum)]
+    pub ipam: Option<Ipam>,
     /// A directory of policies (CiliumNetworkPolicy or NetworkPolicy, one per file),
     /// followed live; endpoints they select are default-deny.
     #[arg(long, env = "WEFT_POLICY_DIR")]
@@ -435,4 +445,11 @@ pub struct ClusterConfigArgs {
 /// `--labels`: each pattern checked as the filter will read it.
 fn label_pattern(text: &str) -> Result<String, weft_model::LabelFilterError> {
     weft_model::LabelFilter::with_patterns([text]).map(|_| text.to_owned())
+}
+
+/// `--ipam`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Ipam {
+    /// The Node object's `spec.podCIDRs`.
+    Kubernetes,
 }
