@@ -207,7 +207,7 @@ pub struct RunArgs {
     /// Identity-relevant label patterns, added to the established defaults
     /// (`[source:][!]regex`, space-separated: `k8s:app k8s:!job-name`; one inclusive
     /// pattern keeps only what inclusive patterns match).
-    #[arg(long, env = "WEFT_LABELS", value_delimiter = ' ', num_args = 0.., value_parser = label_pattern)]
+    #[arg(long, env = "WEFT_LABELS", value_delimiter = ' ', num_args = 1.., value_parser = label_pattern)]
     pub labels: Vec<String>,
     /// The largest valid cluster ID.
     #[arg(long, env = "WEFT_MAX_CONNECTED_CLUSTERS", default_value_t = crate::clustermesh::DEFAULT_MAX_CONNECTED_CLUSTERS)]
