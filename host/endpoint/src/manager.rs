@@ -462,18 +462,23 @@ impl EndpointManager {
             })?;
         record.attachment = Some(attachment);
         self.persist(record)?;
-        let id = self.identities.acquire(labels).await.map_err(|e| {
-            Failure::new(
-                code::IDENTITY,
-                "cannot allocate the security identity",
-                e.to_string(),
-            )
-        })?;
+        let id = self.acquire_identity(labels).await?;
         record.identity = Some(id);
         self.persist(record)?;
         self.publish(record, id).await?;
         record.phase = Phase::Ready;
         self.persist(record)
+    }
+
+    /// The security identity of `labels`, allocated (or its use counted) in etcd.
+    async fn acquire_identity(&self, labels: &Labels) -> Result<u32, Failure> {
+        self.identities.acquire(labels).await.map_err(|e| {
+            Failure::new(
+                code::IDENTITY,
+                "cannot allocate the security identity",
+                e.to_string(),
+            )
+        })
     }
 
     async fn publish(&self, record: &Record, id: u32) -> Result<(), Failure> {
@@ -526,13 +531,7 @@ impl EndpointManager {
             return Ok(false);
         }
         let old: Option<Labels> = record.labels.parse().ok();
-        let id = self.identities.acquire(labels).await.map_err(|e| {
-            Failure::new(
-                code::IDENTITY,
-                "cannot allocate the security identity",
-                e.to_string(),
-            )
-        })?;
+        let id = self.acquire_identity(labels).await?;
         if let Err(e) = self.publish(&record, id).await {
             // Not adopted: the old identity's entries stay, the new one goes.
             if let Err(release) = self.identities.release(labels).await {
@@ -563,13 +562,7 @@ impl EndpointManager {
             .map_err(|e: weft_model::LabelsError| {
                 Failure::new(5, "the record's labels are malformed", e.to_string())
             })?;
-        let id = self.identities.acquire(&labels).await.map_err(|e| {
-            Failure::new(
-                code::IDENTITY,
-                "cannot allocate the security identity",
-                e.to_string(),
-            )
-        })?;
+        let id = self.acquire_identity(&labels).await?;
         if record.identity != Some(id) {
             let mut r = record.clone();
             r.identity = Some(id);
